@@ -1,0 +1,211 @@
+"""From judgements to the rows of metrics/summhay.json (and the item-level detail behind them).
+
+One row per (domain, system, setting, judge, mode): the paper's table cells, pooled over every
+subtopic of every haystack of the domain. When a system was run on both domains, an extra row
+with domain `all` pools them, as the paper's Table 2 does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from pipeline.benchmarks.summhay.schema import Haystack
+from pipeline.benchmarks.summhay.scoring import (
+    InsightScore,
+    Mode,
+    extract_bullets,
+    macro,
+    pool,
+    score_summary,
+    words_per_bullet,
+)
+from pipeline.errors import DataError
+from pipeline.records import Generation, Judgement
+
+ROW_KEYS = (
+    "benchmark",
+    "domain",
+    "system",
+    "setting",
+    "judge",
+    "mode",
+    "model",
+    "coverage",
+    "citation",
+    "joint",
+    "citation_precision",
+    "citation_recall",
+    "words_per_bullet",
+    "n_insights",
+    "n_summaries",
+    "n_covered",
+    "n_invalid",
+    "n_bad_links",
+    "n_failed_generations",
+    "n_failed_judgements",
+    "coverage_macro",
+    "citation_macro",
+    "joint_macro",
+)
+
+
+@dataclass
+class _Group:
+    per_summary: list[list[InsightScore]] = field(default_factory=list)
+    wpb: list[float] = field(default_factory=list)
+    details: list[dict[str, Any]] = field(default_factory=list)
+    failed_generations: int = 0
+    failed_judgements: int = 0
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The generations of one model and one judge's judgements of them."""
+
+    model: str
+    judge: str
+    generations: Sequence[Generation]
+    judgements: Sequence[Judgement]
+
+
+def build_rows(
+    dataset: Sequence[Haystack],
+    runs: Iterable[Run],
+    modes: Sequence[Mode],
+    partial_credit: float = 0.5,
+) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], list[dict[str, Any]]]]:
+    """Rows of metrics/summhay.json and, per row key, the insight-level scores behind it.
+
+    Every generation counts somewhere: scored, or in `n_failed_generations` (the model call
+    failed) or `n_failed_judgements` (the judge failed, or left it unjudged).
+    """
+    items = {s.item_id: (h, s) for h in dataset for s in h.subtopics}
+    groups: dict[tuple[str, ...], _Group] = defaultdict(_Group)
+
+    for run in runs:
+        by_gen: dict[str, Judgement] = {}
+        j: Judgement | None
+        gen_ids = {g.generation_id for g in run.generations}
+        for jd in run.judgements:
+            if jd.generation_id not in gen_ids:
+                raise DataError(
+                    "judgement of a generation that is not in the generations file",
+                    item=jd.generation_id,
+                    field="generation_id",
+                )
+            if jd.generation_id in by_gen:
+                raise DataError(
+                    "two judgements of one generation by one judge",
+                    item=jd.generation_id,
+                    field="generation_id",
+                )
+            by_gen[jd.generation_id] = jd
+        for gen in run.generations:
+            if gen.item_id not in items:
+                raise DataError(
+                    "generation of an item that is not in the dataset",
+                    item=gen.generation_id,
+                    field="item_id",
+                )
+            hay, sub = items[gen.item_id]
+            gold = {i.insight_id: i.gold_docs for i in sub.insights}
+            ids = [i.insight_id for i in sub.insights]
+            bullets = extract_bullets(gen.text or "")
+            j = by_gen.get(gen.generation_id)
+            for mode in modes:
+                g = groups[(hay.domain, gen.system, gen.setting, run.judge, mode, run.model)]
+                if gen.status == "error":
+                    g.failed_generations += 1
+                    continue
+                if j is None or j.status == "error":
+                    g.failed_judgements += 1
+                    continue
+                try:
+                    scores = score_summary(bullets, j.verdicts, ids, gold, mode, partial_credit)
+                except ValueError as e:
+                    raise DataError(str(e), item=j.generation_id, field="verdicts") from e
+                g.per_summary.append(scores)
+                wpb = words_per_bullet(bullets)
+                if wpb is not None:
+                    g.wpb.append(wpb)
+                for sc in scores:
+                    g.details.append(
+                        {
+                            "item_id": gen.item_id,
+                            "generation_id": gen.generation_id,
+                            "insight_id": sc.insight_id,
+                            "status": sc.status,
+                            "covered": sc.covered,
+                            "coverage": sc.coverage,
+                            "precision": sc.precision,
+                            "recall": sc.recall,
+                            "f1": sc.f1,
+                            "bullet": None if sc.bullet_index is None else sc.bullet_index + 1,
+                            "bad_link": sc.bad_link,
+                        }
+                    )
+
+    # Pool both domains when a system has rows in both.
+    by_rest: dict[tuple[str, ...], list[tuple[str, ...]]] = defaultdict(list)
+    for key in groups:
+        by_rest[key[1:]].append(key)
+    for rest, keys in by_rest.items():
+        if len({k[0] for k in keys}) > 1:
+            allg = _Group()
+            for k in sorted(keys):
+                src = groups[k]
+                allg.per_summary += src.per_summary
+                allg.wpb += src.wpb
+                allg.details += src.details
+                allg.failed_generations += src.failed_generations
+                allg.failed_judgements += src.failed_judgements
+            groups[("all", *rest)] = allg
+
+    rows = []
+    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for key in sorted(groups):
+        domain, system, setting, judge, mode_name, model = key
+        g = groups[key]
+        p = pool(s for summary in g.per_summary for s in summary)
+        m = macro(g.per_summary) if mode_name == "corrected" else None
+        row: dict[str, Any] = {
+            "benchmark": "summhay",
+            "domain": domain,
+            "system": system,
+            "setting": setting,
+            "judge": judge,
+            "mode": mode_name,
+            "model": model,
+            "coverage": _r(p.coverage),
+            "citation": _r(p.citation),
+            "joint": _r(p.joint),
+            "citation_precision": _r(p.citation_precision),
+            "citation_recall": _r(p.citation_recall),
+            "words_per_bullet": _r(fmean(g.wpb)) if g.wpb else None,
+            "n_insights": p.n_insights,
+            "n_summaries": len(g.per_summary),
+            "n_covered": p.n_covered,
+            "n_invalid": p.n_invalid,
+            "n_bad_links": p.n_bad_links,
+            "n_failed_generations": g.failed_generations,
+            "n_failed_judgements": g.failed_judgements,
+            "coverage_macro": _r(m.coverage) if m else None,
+            "citation_macro": _r(m.citation) if m else None,
+            "joint_macro": _r(m.joint) if m else None,
+        }
+        assert tuple(row) == ROW_KEYS
+        rows.append(row)
+        details[key] = g.details
+    return rows, details
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row[k]) for k in ("domain", "system", "setting", "judge", "mode", "model"))

@@ -1,0 +1,298 @@
+"""The `lfbench` command.
+
+    lfbench data fetch [--mirror DIR]      fill data/ from pinned sources, verified
+    lfbench run <stage> [ARGS]             run a pipeline stage in the chosen runtime (dvc.yaml)
+    lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
+    lfbench track <benchmark>              (re)log MLflow runs from the metrics files
+
+Every error about bad input is printed as one line naming the file, item and field, and the
+command exits with status 2; a stage whose items partly failed exits with status 3.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from pipeline import __version__
+from pipeline import benchmarks as registry
+from pipeline.config import load_params
+from pipeline.errors import LfbenchError, StageFailed
+from pipeline.lineage import ENV_RUNTIME, git_env
+
+STAGES = ("construct", "generate", "judge", "aggregate")
+log = logging.getLogger("lfbench")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="lfbench")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def cli(verbose: bool) -> None:
+    """lfbench: reproducible long-form RAG benchmarks."""
+    _setup_logging(verbose)
+
+
+# ---------------------------------------------------------------- data
+
+
+@cli.group()
+def data() -> None:
+    """Raw inputs: fetch and verify data/."""
+
+
+@data.command("fetch")
+@click.option(
+    "--mirror",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A local folder with the same layout as data/ (or $LFBENCH_DATA_MIRROR).",
+)
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=Path("data"), show_default=True
+)
+@click.option(
+    "--manifest",
+    type=click.Path(path_type=Path),
+    default=Path("data.sources.yaml"),
+    show_default=True,
+)
+@click.option("--only", multiple=True, help="Only files under this folder (e.g. summhay).")
+@click.option(
+    "--dvc-commit/--no-dvc-commit",
+    default=True,
+    show_default=True,
+    help="Check data/ against data.dvc and store it in the DVC cache.",
+)
+def data_fetch(
+    mirror: Path | None, data_dir: Path, manifest: Path, only: tuple[str, ...], dvc_commit: bool
+) -> None:
+    """Fill data/ from the pinned public sources (or a mirror), verifying every checksum."""
+    from pipeline.data.fetch import dvc_commit_data, fetch, resolve_mirror
+
+    source = resolve_mirror(str(mirror) if mirror else None)
+    report = fetch(
+        data_dir, manifest, mirror=source, only=list(only) or None, log=lambda m: log.info("%s", m)
+    )
+    log.info(
+        "data: %d files fetched from %s, %d already present and verified",
+        len(report.copied),
+        source or "the pinned public sources",
+        len(report.already_ok),
+    )
+    dvc_file = data_dir.parent / f"{data_dir.name}.dvc"
+    if dvc_commit and not only and dvc_file.exists():
+        dvc_commit_data(dvc_file)
+        log.info("data: matches %s and is in the DVC cache", dvc_file)
+
+
+# ---------------------------------------------------------------- stages
+
+
+@cli.group()
+def stage() -> None:
+    """Run one pipeline stage in this process (normally called through `lfbench run`)."""
+
+
+def _params(path: Path):  # type: ignore[no-untyped-def]
+    return load_params(path)
+
+
+@stage.command("construct")
+@click.option("--benchmark", required=True)
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def stage_construct(benchmark: str, data_dir: Path, out: Path, params_path: Path) -> None:
+    """Raw data -> a validated, normalised dataset."""
+    registry.get(benchmark).construct(_params(params_path), data_dir, out)
+
+
+@stage.command("generate")
+@click.option("--benchmark", required=True)
+@click.option("--model", required=True)
+@click.option("--dataset", type=click.Path(path_type=Path), required=True)
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def stage_generate(
+    benchmark: str, model: str, dataset: Path, data_dir: Path, out: Path, params_path: Path
+) -> None:
+    """Dataset -> one output per item for one model."""
+    registry.get(benchmark).generate(_params(params_path), model, dataset, data_dir, out)
+
+
+@stage.command("judge")
+@click.option("--benchmark", required=True)
+@click.option("--model", required=True)
+@click.option("--judge", "judge_name", required=True)
+@click.option("--dataset", type=click.Path(path_type=Path), required=True)
+@click.option("--generations", type=click.Path(path_type=Path), required=True)
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def stage_judge(
+    benchmark: str,
+    model: str,
+    judge_name: str,
+    dataset: Path,
+    generations: Path,
+    data_dir: Path,
+    out: Path,
+    params_path: Path,
+) -> None:
+    """Outputs -> item-level judgements by one judge."""
+    registry.get(benchmark).judge(
+        _params(params_path), model, judge_name, dataset, generations, data_dir, out
+    )
+
+
+@stage.command("aggregate")
+@click.option("--benchmark", required=True)
+@click.option("--dataset", type=click.Path(path_type=Path), required=True)
+@click.option("--generations", "generations_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--judgements", "judgements_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--metrics", type=click.Path(path_type=Path), required=True)
+@click.option("--report", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+@click.option(
+    "--track/--no-track", default=True, show_default=True, help="Log one MLflow run per result row."
+)
+def stage_aggregate(
+    benchmark: str,
+    dataset: Path,
+    generations_dir: Path,
+    judgements_dir: Path,
+    metrics: Path,
+    report: Path,
+    params_path: Path,
+    track: bool,
+) -> None:
+    """Judgements -> metrics, report and MLflow runs."""
+    registry.get(benchmark).aggregate(
+        _params(params_path),
+        dataset,
+        generations_dir,
+        judgements_dir,
+        metrics,
+        report,
+        root=Path.cwd(),
+        track=track,
+    )
+
+
+@cli.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    }
+)
+@click.argument("stage_name", type=click.Choice(STAGES))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
+    """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
+    params = load_params(params_path)
+    runtime = params.runtime
+    if runtime == "docker":
+        raise LfbenchError("runtime 'docker' is not available yet; set runtime: local or auto")
+    chosen = "local"
+    log.info("stage %s: runtime %s (params: %s)", stage_name, chosen, runtime)
+    os.environ.update(git_env(Path.cwd()))
+    os.environ[ENV_RUNTIME] = chosen
+    stage.main(
+        args=[stage_name, *args, "--params", str(params_path)],
+        prog_name="lfbench stage",
+        standalone_mode=False,
+    )
+
+
+@cli.command()
+@click.argument("benchmark")
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def track(benchmark: str, params_path: Path) -> None:
+    """Re-log the MLflow runs of a benchmark from its outputs (e.g. after `dvc pull`)."""
+    if benchmark != "summhay":
+        raise LfbenchError(f"no tracking for benchmark {benchmark!r} yet")
+    registry.get(benchmark).aggregate(
+        load_params(params_path),
+        Path("datasets/summhay.jsonl"),
+        Path("generations/summhay"),
+        Path("judgements/summhay"),
+        Path("metrics/summhay.json"),
+        Path("reports/summhay.md"),
+        root=Path.cwd(),
+        track=True,
+    )
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except StageFailed as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(3)
+    except LfbenchError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,158 @@
+"""The params.yaml schema, validated once, strictly.
+
+Unknown keys, duplicate keys and wrong types are errors that name the key. Every knob a result
+depends on lives here (or in a prompt file named here), so DVC sees it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pipeline.errors import ConfigError
+from pipeline.io import format_loc
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+HAYSTACKS = tuple([f"news{i}" for i in range(1, 6)] + [f"conv{i}" for i in range(1, 6)])
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- models under test
+
+
+class PublishedModel(Strict):
+    """Replays the outputs a paper released (SummHay: 78 systems' summaries, news haystacks)."""
+
+    provider: Literal["published"]
+    benchmark: Literal["summhay"] = "summhay"
+    systems: list[str] | None = Field(
+        default=None, description="summarizer names to keep (default: all released)"
+    )
+    settings: list[str] | None = Field(
+        default=None, description="settings to keep, e.g. [oracle, full] (default: all released)"
+    )
+
+
+ModelSpec = Annotated[PublishedModel, Field(discriminator="provider")]
+
+
+# ---------------------------------------------------------------- judges
+
+
+class PublishedJudge(Strict):
+    """Replays the judgements a paper released (SummHay: GPT-4o coverage judgements)."""
+
+    provider: Literal["published"]
+    benchmark: Literal["summhay"] = "summhay"
+
+
+JudgeSpec = Annotated[PublishedJudge, Field(discriminator="provider")]
+
+
+# ---------------------------------------------------------------- benchmarks
+
+
+class SummhayScoring(Strict):
+    modes: list[Literal["paper", "corrected"]] = Field(
+        default=["paper"],
+        min_length=1,
+        description="paper: the authors' pooled scorer, quirks kept; corrected: fixed + macro",
+    )
+    partial_credit: float = Field(default=50.0, ge=0, le=100)
+
+
+class SummhayParams(Strict):
+    haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACKS), min_length=1)
+    models: list[str] = Field(min_length=1)
+    judges: list[str] = Field(min_length=1)
+    scoring: SummhayScoring = SummhayScoring()
+
+    @model_validator(mode="after")
+    def _check(self) -> SummhayParams:
+        for h in self.haystacks:
+            if h not in HAYSTACKS:
+                raise ValueError(f"unknown haystack {h!r}; known: {', '.join(HAYSTACKS)}")
+        for label, names in (
+            ("haystacks", self.haystacks),
+            ("models", self.models),
+            ("judges", self.judges),
+        ):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{label} lists a name twice: {names}")
+        return self
+
+
+class Params(Strict):
+    runtime: Literal["auto", "docker", "local"] = "auto"
+    seed: int = 0
+    models: dict[str, ModelSpec]
+    judges: dict[str, JudgeSpec]
+    summhay: SummhayParams
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Params:
+        for kind, names in (("models", self.models), ("judges", self.judges)):
+            for name in names:
+                if not NAME_RE.match(name):
+                    raise ValueError(
+                        f"{kind} name {name!r} must match {NAME_RE.pattern} "
+                        "(it becomes a DVC stage name and a file name)"
+                    )
+        for m in self.summhay.models:
+            if m not in self.models:
+                raise ValueError(f"summhay.models names {m!r}, which is not defined under models")
+        for j in self.summhay.judges:
+            if j not in self.judges:
+                raise ValueError(f"summhay.judges names {j!r}, which is not defined under judges")
+        return self
+
+
+# ---------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}"
+                f" of {node.start_mark.name}"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: Path) -> Any:
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return yaml.load(f, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+
+
+def load_params(path: Path = Path("params.yaml")) -> Params:
+    raw = load_yaml(path)
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            lines.append(f"  {format_loc(tuple(err['loc']))}: {err['msg']}")
+        raise ConfigError(f"{path} is invalid:\n" + "\n".join(lines)) from e

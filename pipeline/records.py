@@ -1,0 +1,82 @@
+"""The records that cross stage boundaries, one type per stage output.
+
+dataset (per benchmark) -> Generation (generate) -> Judgement (judge) -> metrics rows (aggregate).
+Each is frozen, typed and serialised as one JSON object per line; every reader validates it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Usage(Record):
+    """What one generation or judgement cost (zero for replayed published outputs)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    cost_usd: float = 0.0
+
+
+class Generation(Record):
+    """One output of a system for one benchmark item."""
+
+    benchmark: str
+    item_id: str
+    model: str = Field(description="the params.yaml model entry that produced it")
+    system: str = Field(description="the system name reported in results")
+    setting: str = Field(description="context setting: full, oracle, a retriever name, ...")
+    sample: int = 0
+    status: Literal["ok", "error"]
+    text: str | None = None
+    error: str | None = None
+    usage: Usage = Usage()
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def generation_id(self) -> str:
+        return generation_id(self.item_id, self.system, self.setting, self.sample)
+
+
+def generation_id(item_id: str, system: str, setting: str, sample: int = 0) -> str:
+    return f"{item_id}|{setting}|{system}|{sample}"
+
+
+class Verdict(Record):
+    """A judge's decision on one reference unit (a SummHay insight, a Long2RAG key point, ...).
+
+    `link` keeps the judge's raw pointer (e.g. a bullet number, or the string "NA") exactly as
+    given, so that scoring modes can decide how to interpret it.
+    """
+
+    target_id: str
+    label: str
+    link: int | str | None = None
+    status: Literal["ok", "invalid"] = "ok"
+    raw: str | None = None
+
+
+class Judgement(Record):
+    """All verdicts of one judge on one generation."""
+
+    benchmark: str
+    generation_id: str
+    item_id: str
+    model: str
+    system: str
+    setting: str
+    sample: int = 0
+    judge: str
+    judge_prompt_sha: str
+    status: Literal["ok", "invalid", "error"]
+    verdicts: list[Verdict] = Field(default_factory=list)
+    error: str | None = None
+    usage: Usage = Usage()
