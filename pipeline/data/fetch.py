@@ -207,7 +207,29 @@ def dvc_commit_data(dvc_file: Path) -> None:
 
     root = dvc_file.resolve().parent
     with Repo(str(root)) as repo:
-        status = repo.status(targets=[str(dvc_file)])
-        if status:
-            raise DataError(f"data/ does not match {dvc_file.name}: {status}", file=str(dvc_file))
+        problems = _status_problems(repo.status(targets=[str(dvc_file)]))
+        if problems:
+            raise DataError(f"data/ does not match {dvc_file.name}: {problems}", file=str(dvc_file))
         repo.commit(str(dvc_file), force=True)
+        after = repo.status(targets=[str(dvc_file)])
+        if after:
+            raise DataError(f"dvc status is not clean after the fetch: {after}", file=str(dvc_file))
+
+
+def _status_problems(status: dict[str, Any]) -> list[str]:
+    """Everything in a `dvc status` answer except outputs that are merely not cached yet."""
+    problems = []
+    for entries in status.values():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if not isinstance(entry, dict):
+                problems.append(str(entry))
+                continue
+            for kind, detail in entry.items():
+                if (
+                    kind == "changed outs"
+                    and isinstance(detail, dict)
+                    and all(state == "not in cache" for state in detail.values())
+                ):
+                    continue
+                problems.append(f"{kind}: {detail}")
+    return problems

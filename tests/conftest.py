@@ -1,0 +1,158 @@
+"""Shared fixtures: the data mirror, a synthetic haystack, and project copies for pipeline runs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _find_mirror() -> Path | None:
+    env = os.environ.get("LFBENCH_DATA_MIRROR")
+    candidates = [Path(env)] if env else []
+    candidates.append(ROOT.parent / "shared" / "data")
+    for c in candidates:
+        if (c / "summhay" / "topic_news1.json").exists():
+            return c.resolve()
+    return None
+
+
+@pytest.fixture(scope="session")
+def mirror() -> Path:
+    found = _find_mirror()
+    if found is None:
+        pytest.skip("no data mirror: set LFBENCH_DATA_MIRROR (CI uses ../shared/data)")
+    return found
+
+
+def mini_haystack() -> dict[str, Any]:
+    """A released-format haystack small enough to reason about by hand.
+
+    3 documents; subtopic s1 has insights i1 (in docs 1, 2) and i2 (in doc 3); subtopic s2 has
+    i3 (in doc 2). Retriever scores carry one stale id ("zz") from another haystack, as the real
+    release does. One published system, "sysA" in the oracle setting, with its judgements.
+    """
+    docs = [
+        {"document_id": "d1", "document_text": "Doc one.", "insights_included": ["i1"]},
+        {"document_id": "d2", "document_text": "Doc two.", "insights_included": ["i1", "i3"]},
+        {"document_id": "d3", "document_text": "Doc three.", "insights_included": ["i2"]},
+    ]
+    scores = {"d1": 2.0, "d2": 1.0, "d3": 0.0, "zz": 9.0}
+    return {
+        "topic_id": "t1",
+        "topic": "A topic",
+        "topic_metadata": {"participants": ["a", "b"]},
+        "subtopics": [
+            {
+                "subtopic_id": "s1",
+                "subtopic_name": "S one",
+                "subtopic": "subtopic one",
+                "query": "What about one?",
+                "insights": [
+                    {"insight_id": "i1", "insight_name": "I1", "insight": "Insight one."},
+                    {"insight_id": "i2", "insight_name": "I2", "insight": "Insight two."},
+                ],
+                "retriever": {"oracle": dict(scores), "random": dict(scores)},
+                "summaries": {
+                    "summary_subtopic_oracle_sysA": ["Preamble:", "- one [1][2]", "- two [3, 1]"],
+                },
+                "eval_summaries": {
+                    "summary_subtopic_oracle_sysA": [
+                        {"insight_id": "i1", "coverage": "FULL_COVERAGE", "bullet_id": 2},
+                        {"insight_id": "i2", "coverage": "PARTIAL_COVERAGE", "bullet_id": 3},
+                    ],
+                },
+            },
+            {
+                "subtopic_id": "s2",
+                "subtopic_name": "S two",
+                "subtopic": "subtopic two",
+                "query": "What about two?",
+                "insights": [
+                    {"insight_id": "i3", "insight_name": "I3", "insight": "Insight three."},
+                ],
+                "retriever": {"oracle": dict(scores), "random": dict(scores)},
+                "summaries": {"summary_subtopic_oracle_sysA": ["- three [2]"]},
+                "eval_summaries": {
+                    "summary_subtopic_oracle_sysA": [
+                        {"insight_id": "i3", "coverage": "NO_COVERAGE", "bullet_id": "NA"},
+                    ],
+                },
+            },
+        ],
+        "documents": docs,
+    }
+
+
+@pytest.fixture
+def haystack() -> dict[str, Any]:
+    return copy.deepcopy(mini_haystack())
+
+
+@pytest.fixture
+def write_haystack(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
+    def write(data: dict[str, Any], name: str = "topic_news1.json") -> Path:
+        path = tmp_path / "summhay" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data), encoding="utf-8")
+        return path
+
+    return write
+
+
+# ---------------------------------------------------------------- project copies
+
+
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    full_env.pop("MLFLOW_TRACKING_URI", None)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def tracked_files() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [line for line in out.splitlines() if line]
+
+
+@pytest.fixture
+def project(tmp_path: Path, mirror: Path) -> Path:
+    """A copy of the working tree's tracked files as a fresh git repository with data/ fetched.
+
+    Uses the files as they are on disk (so tests see uncommitted edits), without dvc.lock and
+    the committed metrics, so every stage runs.
+    """
+    dest = tmp_path / "proj"
+    for rel in tracked_files():
+        src = ROOT / rel
+        if not src.exists() or rel in ("dvc.lock", "metrics/summhay.json"):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+    run(["git", "init", "-q"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], dest)
+    run(["lfbench", "data", "fetch", "--mirror", str(mirror)], dest)
+    return dest

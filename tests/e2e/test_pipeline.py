@@ -1,0 +1,224 @@
+"""`dvc repro` on a copy of the project: outputs, no-op re-runs, MLflow lineage, adding a model.
+
+Runs the real DVC and the real MLflow store (SQLite under mlruns/) on a small slice of the
+released data (one haystack, two summarizers, two settings) so it stays fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.lineage import stage_md5
+from tests.conftest import run
+
+pytestmark = pytest.mark.slow
+
+SLICE = {
+    "haystacks": ["news1"],
+    "systems": ["gpt-4o", "claude3-opus"],
+    "settings": ["oracle", "full"],
+}
+
+
+def _edit_params(proj: Path, edit: Any) -> None:
+    path = proj / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    edit(params)
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+
+
+def _slice(params: dict[str, Any]) -> None:
+    params["summhay"]["haystacks"] = SLICE["haystacks"]
+    params["models"]["published"]["systems"] = SLICE["systems"]
+    params["models"]["published"]["settings"] = SLICE["settings"]
+
+
+def _commit(proj: Path, msg: str) -> None:
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", msg], proj)
+
+
+def _ran(output: str) -> list[str]:
+    return re.findall(r"Running stage '([^']+)'", output)
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes(), usedforsecurity=False).hexdigest()
+
+
+def _client(proj: Path) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{proj / 'mlruns' / 'mlflow.db'}")
+
+
+def _runs(proj: Path, current_only: bool = True) -> list[Any]:
+    client = _client(proj)
+    exp = client.get_experiment_by_name("summhay")
+    filt = "tags.`lfbench.current` = 'true'" if current_only else ""
+    return list(client.search_runs([exp.experiment_id], filter_string=filt, max_results=1000))
+
+
+@pytest.fixture
+def repro(project: Path) -> tuple[Path, str]:
+    _edit_params(project, _slice)
+    _commit(project, "slice")
+    out = run(["dvc", "repro"], project)
+    return project, out.stdout + out.stderr
+
+
+def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
+    proj, log = repro
+    assert set(_ran(log)) == {
+        "summhay-construct",
+        "summhay-generate@published",
+        "summhay-judge@published-published-gpt-4o",
+        "summhay-aggregate",
+    }
+    rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
+    assert len(rows) == 4
+    assert {(r["system"], r["setting"]) for r in rows} == {
+        (s, t) for s in SLICE["systems"] for t in SLICE["settings"]
+    }
+    for r in rows:
+        # news1 has 9 subtopics and 65 insights
+        assert (r["domain"], r["mode"], r["n_summaries"], r["n_insights"]) == (
+            "news",
+            "paper",
+            9,
+            65,
+        )
+        assert 0 <= r["joint"] <= r["coverage"] <= 100
+    report = (proj / "reports" / "summhay.md").read_text()
+    assert "| gpt-4o |" in report and "Table 2 layout" in report
+
+    status = run(["dvc", "status"], proj).stdout
+    assert "Data and pipelines are up to date" in status
+    again = run(["dvc", "repro"], proj)
+    assert _ran(again.stdout) == []
+    assert "Data and pipelines are up to date" in again.stdout
+
+
+def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
+    proj, _ = repro
+    rows = {
+        (r["system"], r["setting"]): r
+        for r in json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
+    }
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    dataset_md5 = _md5(proj / "datasets" / "summhay.jsonl")
+    assert lock["summhay-construct"]["outs"][0]["md5"] == dataset_md5
+    data_md5 = yaml.safe_load((proj / "data.dvc").read_text())["outs"][0]["md5"]
+    head = run(["git", "rev-parse", "HEAD"], proj).stdout.strip()
+
+    runs = _runs(proj)
+    assert len(runs) == 4
+    client = _client(proj)
+    for mrun in runs:
+        tags, metrics = mrun.data.tags, mrun.data.metrics
+        row = rows[(tags["model.name"], tags["setting"])]
+        for key in (
+            "coverage",
+            "citation",
+            "joint",
+            "citation_precision",
+            "citation_recall",
+            "words_per_bullet",
+            "n_insights",
+            "n_summaries",
+        ):
+            assert metrics[key] == pytest.approx(row[key])
+        assert tags["dataset.digest"] == dataset_md5
+        assert tags["data.digest"] == data_md5
+        assert tags["judge.name"] == "published-gpt-4o"
+        assert tags["judge.prompt_sha"] == "published"
+        assert tags["model.entry"] == "published"
+        assert tags["git.commit"] == head
+        assert tags["git.dirty"] == "false"
+        assert tags["dvc.stage"] == "summhay-judge@published-published-gpt-4o"
+        assert tags["dvc.stage_md5"] == stage_md5(lock[tags["dvc.stage"]])
+        assert tags["dvc.generate_stage_md5"] == stage_md5(lock["summhay-generate@published"])
+        assert tags["runtime"] in ("local", "docker")
+        assert tags["image.digest"]
+        assert tags["benchmark.version"] and tags["lfbench.version"]
+        # Item-level judgements are an artifact of the run: one line per scored insight.
+        local = client.download_artifacts(mrun.info.run_id, "judgements.jsonl")
+        lines = Path(local).read_text().splitlines()
+        assert len(lines) == row["n_insights"] + row["n_invalid"]
+        assert json.loads(lines[0])["item_id"].startswith("news1/")
+
+
+def test_rerunning_aggregate_does_not_duplicate_runs(repro: tuple[Path, str]) -> None:
+    proj, _ = repro
+    before = {r.info.run_id for r in _runs(proj, current_only=False)}
+    forced = run(["dvc", "repro", "-f", "summhay-aggregate"], proj)
+    assert "mlflow: 0 runs created, 4 unchanged" in forced.stderr
+    assert {r.info.run_id for r in _runs(proj, current_only=False)} == before
+
+    # A changed result gets a new run; the old one is kept but no longer current.
+    _edit_params(proj, lambda p: p["summhay"]["scoring"].update(partial_credit=25))
+    changed = run(["dvc", "repro"], proj)
+    assert _ran(changed.stdout) == ["summhay-aggregate"]
+    current = _runs(proj)
+    assert len(current) == 4 and not ({r.info.run_id for r in current} & before)
+    assert len(_runs(proj, current_only=False)) == 8
+
+
+def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
+    proj, _ = repro
+
+    def add(params: dict[str, Any]) -> None:
+        params["models"]["gemini-oracle"] = {
+            "provider": "published",
+            "systems": ["gemini-1.5-pro"],
+            "settings": ["oracle"],
+        }
+        params["summhay"]["models"].append("gemini-oracle")
+
+    _edit_params(proj, add)
+    out = run(["dvc", "repro"], proj)
+    assert sorted(_ran(out.stdout)) == [
+        "summhay-aggregate",
+        "summhay-generate@gemini-oracle",
+        "summhay-judge@gemini-oracle-published-gpt-4o",
+    ]
+    rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
+    assert len(rows) == 5
+    [new] = [r for r in rows if r["model"] == "gemini-oracle"]
+    assert (new["system"], new["setting"]) == ("gemini-1.5-pro", "oracle")
+
+
+def test_malformed_haystack_stops_construct_with_a_named_error(project: Path) -> None:
+    path = project / "data" / "summhay" / "topic_news2.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["subtopics"][3]["insights"][1]["insight"]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    proc = run(
+        [
+            "lfbench",
+            "stage",
+            "construct",
+            "--benchmark",
+            "summhay",
+            "--data",
+            "data/summhay",
+            "--out",
+            "datasets/summhay.jsonl",
+        ],
+        project,
+        check=False,
+    )
+    assert proc.returncode == 2
+    sid = data["subtopics"][3]["subtopic_id"]
+    assert (
+        f"error: file data/summhay/topic_news2.json, item subtopic '{sid}' (subtopics[3]), "
+        "field insights[1].insight: Field required"
+    ) in proc.stderr
+    assert not (project / "datasets" / "summhay.jsonl").exists()

@@ -1,0 +1,157 @@
+"""params.yaml validation and `lfbench data fetch` (mirror, checksums, derived file)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import load_params
+from pipeline.data.fetch import (
+    derive_json_list_complete_prefix,
+    fetch,
+    load_manifest,
+)
+from pipeline.errors import ConfigError, DataError
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "data.sources.yaml"
+
+
+# ---------------------------------------------------------------- params.yaml
+
+
+def test_default_params_are_valid() -> None:
+    params = load_params(ROOT / "params.yaml")
+    assert params.summhay.models == ["published"]
+    assert params.summhay.scoring.modes == ["paper"]
+
+
+def _params_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = """
+models:
+  published: {provider: published}
+judges:
+  published-gpt-4o: {provider: published}
+summhay:
+  models: [published]
+  judges: [published-gpt-4o]
+"""
+
+
+def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    path = _params_file(tmp_path, BASE + "runtime: local\nruntime: docker\n")
+    with pytest.raises(ConfigError, match="duplicate key 'runtime'"):
+        load_params(path)
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    path = _params_file(
+        tmp_path, BASE.replace("models: [published]", "models: [published]\n  modles: [x]")
+    )
+    with pytest.raises(ConfigError, match=r"summhay\.modles: Extra inputs"):
+        load_params(path)
+
+
+def test_undefined_model_in_run_list(tmp_path: Path) -> None:
+    path = _params_file(tmp_path, BASE.replace("models: [published]", "models: [ghost]"))
+    with pytest.raises(ConfigError, match="'ghost', which is not defined under models"):
+        load_params(path)
+
+
+def test_bad_mode_and_haystack(tmp_path: Path) -> None:
+    text = BASE + "  scoring: {modes: [fancy]}\n  haystacks: [news9]\n"
+    with pytest.raises(ConfigError) as info:
+        load_params(_params_file(tmp_path, text))
+    assert "summhay.scoring.modes[0]: Input should be 'paper' or 'corrected'" in str(info.value)
+
+
+def test_model_name_must_be_a_safe_stage_name(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "  published: {provider: published}",
+        "  published: {provider: published}\n  'my model': {provider: published}",
+    )
+    with pytest.raises(ConfigError, match="'my model' must match"):
+        load_params(_params_file(tmp_path, text))
+
+
+# ---------------------------------------------------------------- data fetch
+
+
+@pytest.fixture
+def small_manifest(tmp_path: Path, mirror: Path) -> Path:
+    """The real manifest restricted to two small files."""
+    data = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    keep = [
+        "crud_rag/QuestAnswer1Doc_quest_gt_save.json",
+        "crud_rag/HalluModified_quest_gt_save.json",
+    ]
+    data["files"] = {k: data["files"][k] for k in keep}
+    path = tmp_path / "sources.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_manifest_covers_the_mirror(mirror: Path) -> None:
+    manifest = load_manifest(MANIFEST)
+    on_disk = {str(p.relative_to(mirror)) for p in mirror.rglob("*.json")}
+    assert set(manifest.files) == on_disk
+
+
+def test_fetch_from_mirror_then_idempotent(
+    tmp_path: Path, mirror: Path, small_manifest: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    report = fetch(data_dir, small_manifest, mirror=mirror, log=lambda m: None)
+    assert len(report.copied) == 2
+    again = fetch(data_dir, small_manifest, mirror=mirror, log=lambda m: None)
+    assert (again.copied, len(again.already_ok)) == ([], 2)
+
+
+def test_corrupted_mirror_file_is_named(tmp_path: Path, mirror: Path, small_manifest: Path) -> None:
+    bad = tmp_path / "mirror"
+    shutil.copytree(mirror / "crud_rag", bad / "crud_rag")
+    target = bad / "crud_rag" / "QuestAnswer1Doc_quest_gt_save.json"
+    target.chmod(0o644)
+    raw = bytearray(target.read_bytes())
+    raw[100] = (raw[100] + 1) % 256  # same size, one byte off
+    target.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="corrupted") as info:
+        fetch(tmp_path / "data", small_manifest, mirror=bad, log=lambda m: None)
+    assert info.value.file == str(target)
+
+
+def test_missing_mirror_file_is_named(tmp_path: Path, small_manifest: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="missing from the mirror") as info:
+        fetch(tmp_path / "data", small_manifest, mirror=empty, log=lambda m: None)
+    assert info.value.file is not None and info.value.file.endswith(".json")
+
+
+def test_unknown_file_in_data_is_refused(
+    tmp_path: Path, mirror: Path, small_manifest: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    (data_dir / "summhay").mkdir(parents=True)
+    (data_dir / "summhay" / "mine.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(DataError, match=r"files not in data\.sources\.yaml: summhay/mine\.json"):
+        fetch(data_dir, small_manifest, mirror=mirror, log=lambda m: None)
+
+
+def test_derived_crud_file_reproduces_the_mirror_bytes(mirror: Path) -> None:
+    """The derivation applied to a truncated list gives back the mirror's file exactly."""
+    target = (mirror / "crud_rag" / "event_summary.first1328.json").read_bytes()
+    records = json.loads(target)
+    # A truncated upload: the complete records, then a record cut in the middle.
+    truncated = json.dumps([*records, {"event": "cut here"}], ensure_ascii=False, indent=2)
+    truncated = truncated[: truncated.rindex("cut") + 2]
+    assert derive_json_list_complete_prefix(truncated.encode("utf-8")) == target
