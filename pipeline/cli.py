@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -185,6 +186,12 @@ def stage_judge(
 @click.option("--generations", "generations_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--judgements", "judgements_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--metrics", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--summary",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Nested {domain/judge/mode: {system/setting: scores}} for dvc metrics diff.",
+)
 @click.option("--report", type=click.Path(path_type=Path), required=True)
 @click.option(
     "--params",
@@ -202,6 +209,7 @@ def stage_aggregate(
     generations_dir: Path,
     judgements_dir: Path,
     metrics: Path,
+    summary: Path,
     report: Path,
     params_path: Path,
     track: bool,
@@ -213,6 +221,7 @@ def stage_aggregate(
         generations_dir,
         judgements_dir,
         metrics,
+        summary,
         report,
         root=Path.cwd(),
         track=track,
@@ -265,16 +274,19 @@ def track(benchmark: str, params_path: Path) -> None:
     """Re-log the MLflow runs of a benchmark from its outputs (e.g. after `dvc pull`)."""
     if benchmark != "summhay":
         raise LfbenchError(f"no tracking for benchmark {benchmark!r} yet")
-    registry.get(benchmark).aggregate(
-        load_params(params_path),
-        Path("datasets/summhay.jsonl"),
-        Path("generations/summhay"),
-        Path("judgements/summhay"),
-        Path("metrics/summhay.json"),
-        Path("reports/summhay.md"),
-        root=Path.cwd(),
-        track=True,
-    )
+    # The outputs are recomputed (deterministically) into a scratch folder: only MLflow changes.
+    with tempfile.TemporaryDirectory() as tmp:
+        registry.get(benchmark).aggregate(
+            load_params(params_path),
+            Path("datasets/summhay.jsonl"),
+            Path("generations/summhay"),
+            Path("judgements/summhay"),
+            Path(tmp) / "metrics.json",
+            Path(tmp) / "summary.json",
+            Path(tmp) / "report.md",
+            root=Path.cwd(),
+            track=True,
+        )
 
 
 def main() -> None:

@@ -149,6 +149,7 @@ def aggregate(
     generations_dir: Path,
     judgements_dir: Path,
     metrics_path: Path,
+    summary_path: Path,
     report_path: Path,
     root: Path,
     track: bool = True,
@@ -165,6 +166,7 @@ def aggregate(
     scoring = params.summhay.scoring
     rows, details = build_rows(dataset, runs, scoring.modes, scoring.partial_credit / 100.0)
     write_json(metrics_path, {"rows": rows})
+    write_json(summary_path, summary(rows))
     domains = sorted({h.domain for h in dataset})
     note = (
         f"Dataset: {len(dataset)} haystacks ({', '.join(domains)}), "
@@ -185,6 +187,18 @@ def aggregate(
             report.superseded,
         )
     return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """The headline scores nested for `dvc metrics show/diff`: {domain/judge/mode: {system/
+    setting: {coverage, citation, joint}}} (DVC cannot read the row list)."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for r in rows:
+        section = out.setdefault(f"{r['domain']}/{r['judge']}/{r['mode']}", {})
+        section[f"{r['system']}/{r['setting']}"] = {
+            k: None if r[k] is None else round(r[k], 2) for k in ("coverage", "citation", "joint")
+        }
+    return out
 
 
 def lineage_tags(
