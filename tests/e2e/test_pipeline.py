@@ -222,3 +222,31 @@ def test_malformed_haystack_stops_construct_with_a_named_error(project: Path) ->
         "field insights[1].insight: Field required"
     ) in proc.stderr
     assert not (project / "datasets" / "summhay.jsonl").exists()
+
+
+def test_colleague_pulls_and_gets_the_same_numbers_without_rerunning(
+    repro: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Share through a DVC remote: push, clone, pull, repro -> nothing runs, same metrics."""
+    proj, _ = repro
+    remote = tmp_path / "remote"
+    run(["dvc", "remote", "add", "-d", "store", str(remote)], proj)
+    _commit(proj, "results")
+    run(["dvc", "push"], proj)
+
+    colleague = tmp_path / "colleague"
+    run(["git", "clone", "-q", str(proj), str(colleague)], tmp_path)
+    run(["dvc", "pull"], colleague)
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], colleague).stdout
+    again = run(["dvc", "repro"], colleague)
+    assert _ran(again.stdout) == []
+    for rel in (
+        "metrics/summhay.json",
+        "reports/summhay.md",
+        "judgements/summhay/published/published-gpt-4o.jsonl",
+    ):
+        assert (colleague / rel).read_bytes() == (proj / rel).read_bytes()
+    # Their MLflow store is filled from the pulled outputs, no stage re-run.
+    tracked = run(["lfbench", "track", "summhay"], colleague)
+    assert "mlflow: 4 runs created" in tracked.stderr
+    assert len(_runs(colleague)) == 4
