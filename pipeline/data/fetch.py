@@ -27,6 +27,8 @@ from pipeline.errors import DataError
 from pipeline.io import atomic_write_bytes, format_loc
 
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+# Another host with the same layout (e.g. a caching proxy) can be named here.
+URL_TEMPLATE_ENV = "LFBENCH_DATA_URL_TEMPLATE"
 MIRROR_ENV = "LFBENCH_DATA_MIRROR"
 
 
@@ -46,7 +48,8 @@ class SourceFile(BaseModel):
 
     @property
     def url(self) -> str:
-        return RAW_URL.format(repo=self.repo, commit=self.commit, path=self.path)
+        template = os.environ.get(URL_TEMPLATE_ENV, RAW_URL)
+        return template.format(repo=self.repo, commit=self.commit, path=self.path)
 
 
 class Manifest(BaseModel):

@@ -155,3 +155,50 @@ def test_derived_crud_file_reproduces_the_mirror_bytes(mirror: Path) -> None:
     truncated = json.dumps([*records, {"event": "cut here"}], ensure_ascii=False, indent=2)
     truncated = truncated[: truncated.rindex("cut") + 2]
     assert derive_json_list_complete_prefix(truncated.encode("utf-8")) == target
+
+
+def test_fetch_over_http_pinned_urls_and_derived_file(
+    tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The public-source path: files served at <repo>/<commit>/<path> by a loopback HTTP
+    server; the CRUD file is served truncated (as upstream is) and derived on the fly."""
+    import http.server
+    import threading
+
+    manifest = load_manifest(MANIFEST)
+    keep = ["crud_rag/QuestAnswer1Doc_quest_gt_save.json", "crud_rag/event_summary.first1328.json"]
+    served = tmp_path / "served"
+    for name in keep:
+        spec = manifest.files[name]
+        dest = served / spec.repo / spec.commit / spec.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        data = (mirror / name).read_bytes()
+        if spec.derive:
+            records = json.loads(data)
+            text = json.dumps([*records, {"event": "cut"}], ensure_ascii=False, indent=2)
+            data = text[: text.rindex("cut")].encode("utf-8")
+        dest.write_bytes(data)
+    small = tmp_path / "sources.yaml"
+    raw = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    raw["files"] = {k: raw["files"][k] for k in keep}
+    # Our synthetic truncated upload is not the upstream blob: skip only that source check.
+    raw["files"][keep[1]].pop("source_git_blob")
+    small.write_text(yaml.safe_dump(raw), encoding="utf-8")
+
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(served)
+    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        monkeypatch.setenv(
+            "LFBENCH_DATA_URL_TEMPLATE", f"http://127.0.0.1:{port}/{{repo}}/{{commit}}/{{path}}"
+        )
+        report = fetch(tmp_path / "data", small, mirror=None, log=lambda m: None)
+    finally:
+        server.shutdown()
+    assert sorted(report.copied) == sorted(keep)
+    for name in keep:
+        assert (tmp_path / "data" / name).read_bytes() == (mirror / name).read_bytes()
