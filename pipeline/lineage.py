@@ -23,8 +23,25 @@ ENV_RUNTIME = "LFBENCH_RUNTIME"
 ENV_IMAGE_DIGEST = "LFBENCH_IMAGE_DIGEST"
 ENV_CONTAINER_ID = "LFBENCH_CONTAINER_ID"
 
-# Files a `dvc repro` rewrites while it runs; they do not make the code dirty.
-_NOT_DIRT = (":!dvc.lock",)
+
+def _not_dirt(root: Path) -> list[str]:
+    """Pathspecs of what a `dvc repro` itself rewrites (dvc.lock and every declared output, e.g.
+    the git-tracked metrics files DVC deletes before re-running a stage): changes there do not
+    make the code or the configuration dirty."""
+    specs = [":!dvc.lock"]
+    try:
+        stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
+        stages = stages.get("stages") or {}
+    except (OSError, yaml.YAMLError):
+        return specs
+    for stage in stages.values():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind) or []:
+                path = next(iter(entry)) if isinstance(entry, dict) else str(entry)
+                prefix = path.split("${", 1)[0]
+                if prefix:
+                    specs.append(f":!{prefix}")
+    return specs
 
 
 @dataclass(frozen=True)
@@ -55,7 +72,7 @@ def git_info(root: Path) -> GitInfo:
                 "--untracked-files=no",
                 "--",
                 ".",
-                *_NOT_DIRT,
+                *_not_dirt(root),
             ],
             check=True,
             capture_output=True,
