@@ -10,15 +10,17 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: repro test setup setup-dev lint typecheck unit lock clean-venv
 
-$(VENV)/.runtime: requirements.lock pyproject.toml
+$(VENV)/.runtime: requirements.lock requirements-nodeps.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-nodeps.lock
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
-$(VENV)/.dev: requirements-dev.lock pyproject.toml
+$(VENV)/.dev: requirements-dev.lock requirements-nodeps.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-nodeps.lock
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@ $(VENV)/.runtime
 
@@ -49,6 +51,8 @@ lock: setup-dev
 	uv pip compile pyproject.toml requirements-build.in --extra dev --universal \
 	  --python-version 3.11 --generate-hashes --no-header -q -c requirements.lock \
 	  -o requirements-dev.lock
+	uv pip compile requirements-nodeps.in --no-deps --generate-hashes --no-header -q \
+	  -o requirements-nodeps.lock
 
 clean-venv:
 	rm -rf $(VENV)

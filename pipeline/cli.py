@@ -2,6 +2,7 @@
 
     lfbench data fetch [--mirror DIR]      fill data/ from pinned sources, verified
     lfbench run <stage> [ARGS]             run a pipeline stage in the chosen runtime (dvc.yaml)
+    lfbench image build                    build the stages' image, write build/image.json
     lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
     lfbench track <benchmark>              (re)log MLflow runs from the metrics files
 
@@ -21,9 +22,9 @@ import click
 
 from pipeline import __version__
 from pipeline import benchmarks as registry
-from pipeline.config import load_params
+from pipeline.config import load_params, load_yaml
 from pipeline.errors import LfbenchError, StageFailed
-from pipeline.lineage import ENV_RUNTIME, git_env
+from pipeline.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
 
 STAGES = ("construct", "generate", "judge", "aggregate")
 log = logging.getLogger("lfbench")
@@ -104,9 +105,23 @@ def data_fetch(
 # ---------------------------------------------------------------- stages
 
 
-@cli.group()
-def stage() -> None:
+class _StageGroup(click.Group):
+    """Keeps the stage's own arguments (for the stage record) before click consumes them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["lfbench.stage_argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+@cli.group(cls=_StageGroup)
+@click.pass_context
+def stage(ctx: click.Context) -> None:
     """Run one pipeline stage in this process (normally called through `lfbench run`)."""
+    argv = ctx.meta.get("lfbench.stage_argv") or []
+    if ctx.invoked_subcommand and "--help" not in argv:
+        from pipeline.containers import write_stage_record
+
+        write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
 
 def _params(path: Path):  # type: ignore[no-untyped-def]
@@ -246,19 +261,98 @@ def stage_aggregate(
 )
 def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
     """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
+    from pipeline import containers
+
     params = load_params(params_path)
-    runtime = params.runtime
-    if runtime == "docker":
-        raise LfbenchError("runtime 'docker' is not available yet; set runtime: local or auto")
-    chosen = "local"
-    log.info("stage %s: runtime %s (params: %s)", stage_name, chosen, runtime)
-    os.environ.update(git_env(Path.cwd()))
-    os.environ[ENV_RUNTIME] = chosen
-    stage.main(
-        args=[stage_name, *args, "--params", str(params_path)],
-        prog_name="lfbench stage",
-        standalone_mode=False,
-    )
+    root = Path.cwd()
+    client = containers.docker_client() if params.runtime != "local" else None
+    record = containers.read_image_record(root)
+    chosen, why = containers.choose_runtime(params.runtime, client is not None, record)
+    log.info("stage %s: runtime %s (%s)", stage_name, chosen, why)
+    if chosen == "local":
+        os.environ.update(git_env(root))
+        os.environ[ENV_RUNTIME] = chosen
+        stage.main(
+            args=[stage_name, *args, "--params", str(params_path)],
+            prog_name="lfbench stage",
+            standalone_mode=False,
+        )
+        return
+    assert record is not None
+    image_id = str(record["image_id"])
+    runner_env = {**git_env(root), ENV_RUNTIME: "docker", ENV_IMAGE_DIGEST: image_id}
+    env = containers.container_env(load_yaml(params_path) or {}, os.environ, runner_env)
+    mirror = os.environ.get(containers.ENV_DATA_MIRROR)
+    try:
+        code = containers.run_stage_in_container(
+            image_id,
+            containers.stage_argv(stage_name, args, params_path),
+            root,
+            env,
+            client=client,
+            mounts=[Path(mirror)] if mirror else [],
+        )
+    except containers.Terminated:
+        sys.exit(143)
+    if code != 0:
+        sys.exit(code)
+
+
+# ---------------------------------------------------------------- image
+
+
+@cli.group()
+def image() -> None:
+    """The container image every stage runs in (runtime docker)."""
+
+
+@image.command("build")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("build/image.json"),
+    show_default=True,
+    help="Where to write the image record (DVC output of the `image` stage).",
+)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+@click.option("--base", default=None, help="Base image (default: $LFBENCH_BASE_IMAGE or the pin).")
+@click.option("--tag", default="lfbench:latest", show_default=True)
+@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
+def image_build(out: Path, params_path: Path, base: str | None, tag: str, no_cache: bool) -> None:
+    """Build the image (runtime docker, or auto with an engine) and write its record.
+
+    In the local runtime (params say local, or auto and no engine answers) no image is built:
+    the record says so and only changes when requirements.lock does.
+    """
+    from pipeline import containers
+    from pipeline.io import write_json
+
+    params = load_params(params_path)
+    root = Path.cwd()
+    client = containers.docker_client() if params.runtime != "local" else None
+    chosen = containers.build_runtime(params.runtime, client is not None)
+    record = None
+    if chosen == "docker":
+        try:
+            record = containers.build_image(
+                root, client=client, base=base, tag=tag, nocache=no_cache
+            )
+        except containers.BaseUnavailable as e:
+            if params.runtime == "docker":
+                raise
+            log.warning("image: %s; runtime auto falls back to local", e)
+    if record is None:
+        record = containers.local_record(root / "requirements.lock")
+        log.info("image: runtime local, no image built (%s)", out)
+    else:
+        log.info("image: %s built (%s)", record["image_id"], out)
+    write_json(out, record)
 
 
 @cli.command()
@@ -287,6 +381,11 @@ def track(benchmark: str, params_path: Path) -> None:
             root=Path.cwd(),
             track=True,
         )
+
+
+from pipeline.llm.bench import bench as _bench_group  # noqa: E402
+
+cli.add_command(_bench_group)
 
 
 def main() -> None:

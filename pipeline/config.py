@@ -11,10 +11,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pipeline.errors import ConfigError
 from pipeline.io import format_loc
+from pipeline.llm.client import EndpointConfig
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HAYSTACKS = tuple([f"news{i}" for i in range(1, 6)] + [f"conv{i}" for i in range(1, 6)])
@@ -40,7 +48,57 @@ class PublishedModel(Strict):
     )
 
 
-ModelSpec = Annotated[PublishedModel, Field(discriminator="provider")]
+CONTEXT_SETTINGS = (
+    "full",
+    "full-sort",
+    "full-rev-sort",
+    "full-middle",
+    "random",
+    "vector",
+    "longembed",
+    "keywords",
+    "rerank3",
+    "oracle",
+    "bm25",
+    "dense",
+)
+CONTEXT_SETTINGS_DOC = (
+    "full, full-sort, full-rev-sort, full-middle (whole haystack, in an order), or a retriever"
+    " packed into summhay.rag_budget_tokens: random, vector, longembed, keywords, rerank3,"
+    " oracle (released scores), bm25, dense (computed here)"
+)
+
+
+class OpenAIModel(EndpointConfig):
+    """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp, a LiteLLM proxy).
+
+    The key is read from the environment variable named by `api_key_env`, never from here.
+    """
+
+    provider: Literal["openai"]
+    benchmark: Literal["summhay"] = "summhay"
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+    settings: list[str] = Field(default=["oracle"], min_length=1, description=CONTEXT_SETTINGS_DOC)
+    samples: int = Field(default=1, ge=1, description="summaries per item and setting")
+
+    def endpoint(self) -> EndpointConfig:
+        return EndpointConfig.model_validate(
+            {k: getattr(self, k) for k in EndpointConfig.model_fields}
+        )
+
+    @model_validator(mode="after")
+    def _check_settings(self) -> OpenAIModel:
+        for s in self.settings:
+            if s not in CONTEXT_SETTINGS:
+                raise ValueError(f"unknown setting {s!r}; known: {', '.join(CONTEXT_SETTINGS)}")
+        if len(set(self.settings)) != len(self.settings):
+            raise ValueError(f"settings lists a name twice: {self.settings}")
+        return self
+
+
+ModelSpec = Annotated[PublishedModel | OpenAIModel, Field(discriminator="provider")]
 
 
 # ---------------------------------------------------------------- judges
@@ -53,7 +111,28 @@ class PublishedJudge(Strict):
     benchmark: Literal["summhay"] = "summhay"
 
 
-JudgeSpec = Annotated[PublishedJudge, Field(discriminator="provider")]
+class OpenAIJudge(EndpointConfig):
+    """An LLM judge behind an OpenAI-compatible endpoint, with the project's (or your) prompt."""
+
+    provider: Literal["openai"]
+    benchmark: Literal["summhay"] = "summhay"
+    mode: Literal["per_insight", "batched"] = Field(
+        default="per_insight",
+        description="per_insight: one call per (insight, summary), as in the paper; batched: "
+        "all insights of a summary in one call",
+    )
+    json_mode: bool = Field(
+        default=True, description="ask the server for a JSON object (response_format)"
+    )
+    repair: bool = Field(default=True, description="one repair call after an unparseable answer")
+
+    def endpoint(self) -> EndpointConfig:
+        return EndpointConfig.model_validate(
+            {k: getattr(self, k) for k in EndpointConfig.model_fields}
+        )
+
+
+JudgeSpec = Annotated[PublishedJudge | OpenAIJudge, Field(discriminator="provider")]
 
 
 # ---------------------------------------------------------------- benchmarks
@@ -68,8 +147,26 @@ class SummhayScoring(Strict):
     partial_credit: float = Field(default=50.0, ge=0, le=100)
 
 
+class SummhayPrompts(Strict):
+    """Prompt files (paths relative to the project). Each file's hash is part of every cache key
+    and MLflow run; point one at your own file (e.g. the paper's wording) to override it."""
+
+    generate_news: str = "prompts/summhay/generate_news.txt"
+    generate_conversation: str = "prompts/summhay/generate_conversation.txt"
+    judge_insight: str = "prompts/summhay/judge_insight.txt"
+    judge_batch: str = "prompts/summhay/judge_batch.txt"
+    judge_repair: str = "prompts/summhay/judge_repair.txt"
+
+
 class SummhayParams(Strict):
     haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACKS), min_length=1)
+    subtopics: int | None = Field(
+        default=None, ge=1, description="keep only the first N subtopics of each haystack"
+    )
+    rag_budget_tokens: int = Field(
+        default=15000, ge=1, description="cl100k_base tokens of documents in a RAG context"
+    )
+    prompts: SummhayPrompts = SummhayPrompts()
     models: list[str] = Field(min_length=1)
     judges: list[str] = Field(min_length=1)
     scoring: SummhayScoring = SummhayScoring()
@@ -89,12 +186,26 @@ class SummhayParams(Strict):
         return self
 
 
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class Params(Strict):
     runtime: Literal["auto", "docker", "local"] = "auto"
+    # Extra environment variables a stage's container may see (beyond the API keys named by
+    # api_key_env); see README "Containers".
+    env_passthrough: list[str] = []
     seed: int = 0
     models: dict[str, ModelSpec]
     judges: dict[str, JudgeSpec]
     summhay: SummhayParams
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _check_env_names(cls, names: list[str]) -> list[str]:
+        for var in names:
+            if not ENV_NAME_RE.match(var):
+                raise ValueError(f"{var!r} is not a valid environment variable name")
+        return names
 
     @model_validator(mode="after")
     def _check_names(self) -> Params:

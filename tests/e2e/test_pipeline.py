@@ -77,6 +77,7 @@ def repro(project: Path) -> tuple[Path, str]:
 def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
     proj, log = repro
     assert set(_ran(log)) == {
+        "image",
         "summhay-construct",
         "summhay-generate@published",
         "summhay-judge@published-published-gpt-4o",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.benchmarks.summhay import published
+from pipeline.benchmarks.summhay import generation, judging, published
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS, Run, build_rows, row_key
 from pipeline.benchmarks.summhay.report import render
 from pipeline.benchmarks.summhay.schema import (
@@ -16,9 +16,16 @@ from pipeline.benchmarks.summhay.schema import (
     load_raw_haystack,
     normalise,
 )
-from pipeline.config import Params, PublishedJudge, PublishedModel
-from pipeline.errors import ConfigError
-from pipeline.io import atomic_write_text, file_digest, read_jsonl, write_json, write_jsonl
+from pipeline.config import OpenAIJudge, OpenAIModel, Params, PublishedJudge, PublishedModel
+from pipeline.errors import ConfigError, DataError, StageFailed
+from pipeline.io import (
+    atomic_write_text,
+    file_digest,
+    read_json,
+    read_jsonl,
+    write_json,
+    write_jsonl,
+)
 from pipeline.lineage import (
     dvc_file_md5,
     dvc_lock_entry,
@@ -26,7 +33,16 @@ from pipeline.lineage import (
     runtime_tags,
     stage_md5,
 )
-from pipeline.records import Generation, Judgement
+from pipeline.llm.client import (
+    ChatRequest,
+    UsageReport,
+    clear_journal,
+    resolve_api_key,
+    run_chat_sync,
+    write_usage,
+)
+from pipeline.prompts import combined_sha, load_prompt
+from pipeline.records import Generation, Judgement, Usage
 from pipeline.tracking import RunSpec, SyncReport, sync
 
 NAME = "summhay"
@@ -51,7 +67,10 @@ def construct(params: Params, data_dir: Path, out: Path) -> int:
     hays = []
     for hid in params.summhay.haystacks:
         path = data_dir / haystack_file(hid)
-        hays.append(normalise(hid, load_raw_haystack(path), source_file=path.name))
+        hay = normalise(hid, load_raw_haystack(path), source_file=path.name)
+        if params.summhay.subtopics is not None:
+            hay = hay.model_copy(update={"subtopics": hay.subtopics[: params.summhay.subtopics]})
+        hays.append(hay)
     n = write_jsonl(out, hays)
     n_sub = sum(len(h.subtopics) for h in hays)
     n_ins = sum(len(s.insights) for h in hays for s in h.subtopics)
@@ -66,16 +85,109 @@ def load_dataset(path: Path) -> list[Haystack]:
 # ---------------------------------------------------------------- generate
 
 
-def generate(params: Params, model: str, dataset_path: Path, data_dir: Path, out: Path) -> int:
+def _no_usage(label: str) -> UsageReport:
+    """The usage report of a stage that called no model (published outputs)."""
+    zero = dict.fromkeys(
+        [
+            "items",
+            "ok",
+            "errors",
+            "requests_sent",
+            "retries",
+            "cache_hits",
+            "cache_misses",
+            "journal_hits",
+            "input_tokens",
+            "output_tokens",
+        ],
+        0,
+    )
+    return UsageReport(label=label, cost_usd=0.0, wall_s=0.0, **zero)
+
+
+def usage_path(out: Path) -> Path:
+    """Where a stage writes its usage and cost report, beside its output."""
+    return out.with_name(out.stem + ".usage.json")
+
+
+def llm_paths(root: Path, stage: str) -> tuple[Path, Path]:
+    """The shared response cache and this stage's resumable journal."""
+    safe = stage.replace("@", "_").replace("/", "_")
+    return (
+        root / ".lfbench" / "cache" / "llm.sqlite",
+        root / ".lfbench" / "journal" / f"{safe}.jsonl",
+    )
+
+
+def generate(
+    params: Params,
+    model: str,
+    dataset_path: Path,
+    data_dir: Path,
+    out: Path,
+    root: Path | None = None,
+) -> int:
+    root = root or Path.cwd()
     spec = params.models[model]
     dataset = load_dataset(dataset_path)
     if isinstance(spec, PublishedModel):
         gens = list(published.generations(model, spec, data_dir, dataset))
-    else:  # pragma: no cover - other providers arrive with the model-layer issue
+        report = _no_usage(generate_stage(model))
+    elif isinstance(spec, OpenAIModel):
+        gens, report = _generate_llm(params, model, spec, dataset, root)
+    else:  # pragma: no cover - exhaustive over ModelSpec
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run summhay")
     write_jsonl(out, gens)
+    write_usage(usage_path(out), report)
     log.info("wrote %s: %d generations", out, len(gens))
+    _finish_llm_stage(generate_stage(model), root, report, [g for g in gens if g.status != "ok"])
     return len(gens)
+
+
+def _finish_llm_stage(stage: str, root: Path, report: UsageReport, failed: list[Any]) -> None:
+    if report.items:
+        log.info(
+            "%s: %d items, %d requests sent (%d retries), cache %d hits / %d misses, journal %d,"
+            " tokens %d in / %d out, $%.4f, %.1f s",
+            stage,
+            report.items,
+            report.requests_sent,
+            report.retries,
+            report.cache_hits,
+            report.cache_misses,
+            report.journal_hits,
+            report.input_tokens,
+            report.output_tokens,
+            report.cost_usd,
+            report.wall_s,
+        )
+    if failed:
+        first = failed[0]
+        raise StageFailed(
+            f"{stage}: {len(failed)} item(s) failed (first: {first.generation_id}: {first.error});"
+            " the outputs of the others are written and cached; re-run to retry the failed ones"
+        )
+    clear_journal(llm_paths(root, stage)[1])
+
+
+def _generate_llm(
+    params: Params, model: str, spec: OpenAIModel, dataset: list[Haystack], root: Path
+) -> tuple[list[Generation], UsageReport]:
+    stage = generate_stage(model)
+    endpoint = spec.endpoint()
+    resolve_api_key(endpoint, f"models.{model}")
+    planned = generation.plan(params, model, spec, dataset, generation.prompts_for(params, root))
+    cache, journal = llm_paths(root, stage)
+    results, report = run_chat_sync(
+        endpoint,
+        [p.request for p in planned],
+        cache_path=cache,
+        journal_path=journal,
+        label=stage,
+    )
+    return [
+        generation.to_record(model, spec, p, r) for p, r in zip(planned, results, strict=True)
+    ], report
 
 
 # ---------------------------------------------------------------- judge
@@ -97,6 +209,7 @@ def judge(
     generations_path: Path,
     data_dir: Path,
     out: Path,
+    root: Path | None = None,
 ) -> int:
     gens = read_jsonl(generations_path, Generation)
     if not judge_applies(params, model, judge_name):
@@ -108,16 +221,130 @@ def judge(
             params.models[model].provider,
         )
         write_jsonl(out, [])
+        write_usage(usage_path(out), _no_usage(judge_stage(model, judge_name)))
         return 0
     spec = params.judges[judge_name]
     dataset = load_dataset(dataset_path)
+    stage = judge_stage(model, judge_name)
     if isinstance(spec, PublishedJudge):
         js = list(published.judgements(judge_name, data_dir, dataset, gens))
-    else:  # pragma: no cover - LLM judges arrive with the model-layer issue
+        report = _no_usage(stage)
+    elif isinstance(spec, OpenAIJudge):
+        js, report = _judge_llm(params, model, judge_name, spec, dataset, gens, root or Path.cwd())
+    else:  # pragma: no cover - exhaustive over JudgeSpec
         raise ConfigError(f"judges.{judge_name}: provider {spec.provider!r} cannot judge summhay")
     write_jsonl(out, js)
-    log.info("wrote %s: %d judgements", out, len(js))
+    write_usage(usage_path(out), report)
+    n_invalid = sum(1 for j in js for v in j.verdicts if v.status == "invalid")
+    log.info("wrote %s: %d judgements, %d invalid verdicts", out, len(js), n_invalid)
+    if n_invalid:
+        log.warning(
+            "%s: %d verdicts were unusable after a repair attempt; they are counted as"
+            " invalid_judgements and left out of the scores",
+            stage,
+            n_invalid,
+        )
+    _finish_llm_stage(stage, root or Path.cwd(), report, [j for j in js if j.status == "error"])
     return len(js)
+
+
+def _judge_llm(
+    params: Params,
+    model: str,
+    judge_name: str,
+    spec: OpenAIJudge,
+    dataset: list[Haystack],
+    gens: list[Generation],
+    root: Path,
+) -> tuple[list[Judgement], UsageReport]:
+    p = params.summhay.prompts
+    prompt = load_prompt(p.judge_batch if spec.mode == "batched" else p.judge_insight, root)
+    repair = load_prompt(p.judge_repair, root)
+    sha = combined_sha(prompt, repair)
+    endpoint = spec.endpoint()
+    resolve_api_key(endpoint, f"judges.{judge_name}")
+    subs = {s.item_id: s for h in dataset for s in h.subtopics}
+    fmt: dict[str, Any] | None = {"type": "json_object"} if spec.json_mode else None
+
+    tasks: list[judging.Task] = []
+    first: list[tuple[int, str | None, ChatRequest]] = []
+    for gen in gens:
+        if gen.status != "ok":
+            continue  # nothing to judge; aggregate counts it as a failed generation
+        if gen.item_id not in subs:
+            raise DataError(
+                "generation of an item that is not in the dataset",
+                item=gen.generation_id,
+                field="item_id",
+            )
+        sub = subs[gen.item_id]
+        tasks.append(judging.make_task(gen, sub))
+        for target, req in judging.first_requests(tasks[-1], sub, spec.mode, prompt, sha, fmt):
+            first.append((len(tasks) - 1, target, req))
+
+    stage = judge_stage(model, judge_name)
+    cache, journal = llm_paths(root, stage)
+    results, report = run_chat_sync(
+        endpoint, [r for _, _, r in first], cache_path=cache, journal_path=journal, label=stage
+    )
+    repairs: list[tuple[int, str | None, list[str], ChatRequest]] = []
+    for (ti, target, req), res in zip(first, results, strict=True):
+        bad = judging.absorb(tasks[ti], target, res, final=not spec.repair)
+        if bad:
+            problem = "; ".join(bad.values())[:1500]
+            repairs.append(
+                (ti, target, list(bad), judging.repair_request(req, res.text, problem, repair))
+            )
+    if repairs:
+        log.info("%s: %d answers unusable, sending one repair request each", stage, len(repairs))
+        results2, report2 = run_chat_sync(
+            endpoint,
+            [r for *_, r in repairs],
+            cache_path=cache,
+            journal_path=journal,
+            label=stage + " (repair)",
+        )
+        report = report.merged(report2)
+        for (ti, target, only, _), res in zip(repairs, results2, strict=True):
+            judging.absorb(tasks[ti], target, res, final=True, only=only)
+
+    js = []
+    for t in tasks:
+        g = t.generation
+        verdicts = [t.verdicts[i] for i in t.insight_ids if i in t.verdicts]
+        if t.errors:
+            status = "error"
+        elif any(v.status == "invalid" for v in verdicts):
+            status = "invalid"
+        else:
+            status = "ok"
+        js.append(
+            Judgement(
+                benchmark=NAME,
+                generation_id=g.generation_id,
+                item_id=g.item_id,
+                model=g.model,
+                system=g.system,
+                setting=g.setting,
+                sample=g.sample,
+                judge=judge_name,
+                judge_prompt_sha=sha,
+                status=status,
+                verdicts=[] if t.errors else verdicts,
+                error="; ".join(t.errors[:3]) if t.errors else None,
+                usage=Usage(
+                    input_tokens=t.input_tokens,
+                    output_tokens=t.output_tokens,
+                    requests=t.calls,
+                    cost_usd=round(
+                        t.input_tokens * spec.price_input_per_1m / 1e6
+                        + t.output_tokens * spec.price_output_per_1m / 1e6,
+                        8,
+                    ),
+                ),
+            )
+        )
+    return js, report
 
 
 # ---------------------------------------------------------------- aggregate
@@ -140,6 +367,10 @@ METRIC_KEYS = (
     "coverage_macro",
     "citation_macro",
     "joint_macro",
+    "invalid_judgements",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
 )
 
 
@@ -179,7 +410,14 @@ def aggregate(
         prompt_shas = {
             (r.model, r.judge): sorted({j.judge_prompt_sha for j in r.judgements}) for r in runs
         }
-        report = log_to_mlflow(params, rows, details, prompt_shas, dataset_path, root)
+        usage = {}
+        for model in params.summhay.models:
+            usage[("generate", model, "")] = _read_usage(generations_dir / f"{model}.usage.json")
+            for judge_name in params.summhay.judges:
+                usage[("judge", model, judge_name)] = _read_usage(
+                    judgements_dir / model / f"{judge_name}.usage.json"
+                )
+        report = log_to_mlflow(params, rows, details, prompt_shas, dataset_path, root, usage)
         log.info(
             "mlflow: %d runs created, %d unchanged (skipped), %d superseded",
             report.created,
@@ -187,6 +425,29 @@ def aggregate(
             report.superseded,
         )
     return rows
+
+
+STAGE_USAGE_KEYS = (
+    "requests_sent",
+    "retries",
+    "cache_hits",
+    "cache_misses",
+    "journal_hits",
+    "errors",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "wall_s",
+)
+
+
+def _read_usage(path: Path) -> dict[str, float]:
+    """The run-state counters of a stage (requests sent, cache hits, ...), for MLflow only:
+    they depend on the cache, so they stay out of the metrics files."""
+    if not path.exists():
+        return {}
+    raw = read_json(path)
+    return {k: float(raw[k]) for k in STAGE_USAGE_KEYS if isinstance(raw.get(k), int | float)}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
@@ -239,12 +500,19 @@ def log_to_mlflow(
     prompt_shas: dict[tuple[str, str], list[str]],
     dataset_path: Path,
     root: Path,
+    usage: dict[tuple[str, str, str], dict[str, float]] | None = None,
 ) -> SyncReport:
     specs = []
+    usage = usage or {}
     for row in rows:
         key = row_key(row)
         sha = ",".join(prompt_shas.get((row["model"], row["judge"]), [])) or "none"
         metrics = {k: float(row[k]) for k in METRIC_KEYS if row[k] is not None}
+        for stage, u in (
+            ("generate", usage.get(("generate", row["model"], ""), {})),
+            ("judge", usage.get(("judge", row["model"], row["judge"]), {})),
+        ):
+            metrics |= {f"{stage}.{k}": v for k, v in u.items()}
         specs.append(
             RunSpec(
                 row_key="|".join(key),

@@ -50,6 +50,10 @@ ROW_KEYS = (
     "coverage_macro",
     "citation_macro",
     "joint_macro",
+    "invalid_judgements",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
 )
 
 
@@ -60,6 +64,10 @@ class _Group:
     details: list[dict[str, Any]] = field(default_factory=list)
     failed_generations: int = 0
     failed_judgements: int = 0
+    invalid_judgements: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
 
 
 def _r(x: float | None) -> float | None:
@@ -122,6 +130,14 @@ def build_rows(
             j = by_gen.get(gen.generation_id)
             for mode in modes:
                 g = groups[(hay.domain, gen.system, gen.setting, run.judge, mode, run.model)]
+                g.input_tokens += gen.usage.input_tokens
+                g.output_tokens += gen.usage.output_tokens
+                g.cost_usd += gen.usage.cost_usd
+                if j is not None:
+                    g.input_tokens += j.usage.input_tokens
+                    g.output_tokens += j.usage.output_tokens
+                    g.cost_usd += j.usage.cost_usd
+                    g.invalid_judgements += sum(1 for v in j.verdicts if v.status == "invalid")
                 if gen.status == "error":
                     g.failed_generations += 1
                     continue
@@ -167,6 +183,10 @@ def build_rows(
                 allg.details += src.details
                 allg.failed_generations += src.failed_generations
                 allg.failed_judgements += src.failed_judgements
+                allg.invalid_judgements += src.invalid_judgements
+                allg.input_tokens += src.input_tokens
+                allg.output_tokens += src.output_tokens
+                allg.cost_usd += src.cost_usd
             groups[("all", *rest)] = allg
 
     rows = []
@@ -200,6 +220,10 @@ def build_rows(
             "coverage_macro": _r(m.coverage) if m else None,
             "citation_macro": _r(m.citation) if m else None,
             "joint_macro": _r(m.joint) if m else None,
+            "invalid_judgements": g.invalid_judgements,
+            "input_tokens": g.input_tokens,
+            "output_tokens": g.output_tokens,
+            "cost_usd": round(g.cost_usd, 6),
         }
         assert tuple(row) == ROW_KEYS
         rows.append(row)

@@ -38,7 +38,10 @@ def generations(
     """One Generation per released summary, for the haystacks of the dataset."""
     for hay in dataset:
         path, raw = _raw(data_dir, hay.haystack_id)
+        wanted = {s.subtopic_id for s in hay.subtopics}
         for sub in raw.subtopics:
+            if sub.subtopic_id not in wanted:
+                continue
             for key in sorted(sub.summaries):
                 lines = sub.summaries[key]
                 try:

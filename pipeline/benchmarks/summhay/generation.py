@@ -1,0 +1,137 @@
+"""SummHay generation through an OpenAI-compatible model.
+
+For each subtopic (item) of each haystack, each context setting of the model entry and each
+sample: build the context (the whole haystack in an order, or retrieved documents packed into the
+token budget), render the domain's prompt and ask the model for a bullet-point summary that cites
+documents as `[i]`, i being the document's position in the haystack whatever the order shown.
+
+All calls go through `pipeline.llm` (cache, journal, retries, rate limits); this module only
+builds the requests and turns the answers into `Generation` records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.benchmarks.summhay.schema import Haystack, Subtopic
+from pipeline.config import OpenAIModel, Params
+from pipeline.llm.client import ChatRequest, ChatResult
+from pipeline.prompts import Prompt, load_prompt
+from pipeline.records import Generation, Usage, generation_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One generation to make: the request and what the record needs besides the answer."""
+
+    request: ChatRequest
+    item_id: str
+    setting: str
+    sample: int
+    meta: dict[str, object]
+
+
+def n_insights(sub: Subtopic) -> int:
+    """The number of bullets asked for: the subtopic's insights that some document holds."""
+    return sum(1 for i in sub.insights if i.gold_docs) or len(sub.insights)
+
+
+def prompts_for(params: Params, root: Path) -> dict[str, Prompt]:
+    p = params.summhay.prompts
+    return {
+        "news": load_prompt(p.generate_news, root),
+        "conversation": load_prompt(p.generate_conversation, root),
+    }
+
+
+def plan(
+    params: Params,
+    model: str,
+    spec: OpenAIModel,
+    dataset: Sequence[Haystack],
+    prompts: dict[str, Prompt],
+) -> list[Planned]:
+    from pipeline.retrieval.context import build_context  # numpy and tokenizers: load on use
+
+    system = spec.system or model
+    out = []
+    for hay in dataset:
+        prompt = prompts[hay.domain]
+        for sub in hay.subtopics:
+            for setting in spec.settings:
+                ctx = build_context(
+                    hay,
+                    sub,
+                    setting,
+                    budget_tokens=params.summhay.rag_budget_tokens
+                    if not setting.startswith("full")
+                    else None,
+                    seed=params.seed,
+                )
+                text = prompt.render(
+                    n_documents=len(ctx.documents),
+                    topic=hay.topic,
+                    participants=", ".join(hay.participants) or "various people",
+                    documents=ctx.text,
+                    query=sub.query,
+                    subtopic=sub.subtopic,
+                    n_insights=n_insights(sub),
+                )
+                meta: dict[str, object] = {
+                    "prompt": prompt.path,
+                    "prompt_sha": prompt.sha,
+                    "context_docs": [d.position for d in ctx.documents],
+                    "context_tokens": ctx.n_tokens,
+                    "context_truncated": any(d.truncated for d in ctx.documents),
+                }
+                for sample in range(spec.samples):
+                    gid = generation_id(sub.item_id, system, setting, sample)
+                    out.append(
+                        Planned(
+                            ChatRequest(
+                                key=gid,
+                                messages=[{"role": "user", "content": text}],
+                                prompt_sha=prompt.sha,
+                                sample=sample,
+                            ),
+                            sub.item_id,
+                            setting,
+                            sample,
+                            meta,
+                        )
+                    )
+    return out
+
+
+def to_record(model: str, spec: OpenAIModel, planned: Planned, result: ChatResult) -> Generation:
+    usage = Usage(
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        requests=1,
+        cost_usd=round(
+            result.input_tokens * spec.price_input_per_1m / 1e6
+            + result.output_tokens * spec.price_output_per_1m / 1e6,
+            8,
+        ),
+    )
+    meta = dict(planned.meta)
+    meta["finish_reason"] = result.finish_reason
+    ok = result.status == "ok" and bool((result.text or "").strip())
+    return Generation(
+        benchmark="summhay",
+        item_id=planned.item_id,
+        model=model,
+        system=spec.system or model,
+        setting=planned.setting,
+        sample=planned.sample,
+        status="ok" if ok else "error",
+        text=result.text if ok else None,
+        error=None if ok else (result.error or "empty answer"),
+        usage=usage,
+        meta=meta,
+    )

@@ -1,0 +1,888 @@
+"""The LLM client every stage uses: OpenAI-compatible chat completions, cached, resumable.
+
+``run_chat`` sends a batch of :class:`ChatRequest` to one endpoint and returns one
+:class:`ChatResult` per request, in order, plus a :class:`UsageReport`:
+
+- bounded concurrency (``max_concurrency``) and an optional requests/tokens-per-minute limiter;
+- its own retry loop: 408/409/429/5xx, timeouts, connection errors and answers that are not a
+  valid completion are retried with exponential backoff and jitter, honouring ``Retry-After`` /
+  ``retry-after-ms``; other 4xx fail the item at once; one bad item never fails the run;
+- a content-addressed SQLite response cache (:func:`cache_key`), shared between processes;
+- a resumable JSONL journal of finished items, so a killed run does not pay for them twice;
+- a progress bar on a terminal, a log line every ~10 s otherwise; the API key is never logged.
+
+Requests are plain OpenAI-compatible ``POST {base_url}/chat/completions`` calls over an aiohttp
+connection pool (see :class:`_Sender` for why not the OpenAI SDK's request path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.errors import LfbenchError
+from pipeline.io import canonical_json, sha256_text, write_json
+from pipeline.llm.cache import CachedAnswer, ResponseCache
+from pipeline.llm.journal import JournalEntry, JournalWriter, clear_journal, load_journal
+from pipeline.llm.ratelimit import RateLimiter
+
+__all__ = [
+    "ChatRequest",
+    "ChatResult",
+    "EndpointConfig",
+    "UsageReport",
+    "cache_key",
+    "clear_journal",
+    "resolve_api_key",
+    "run_chat",
+    "run_chat_sync",
+    "write_usage",
+]
+
+log = logging.getLogger("lfbench.llm")
+
+NO_KEY_PLACEHOLDER = "sk-no-key-required"
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+RETRY_AFTER_CAP_S = 60.0
+PROGRESS_LOG_EVERY_S = 10.0
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+CACHE_KEY_VERSION = 1
+
+
+class EndpointConfig(BaseModel):
+    """One OpenAI-compatible endpoint and model, with its sampling and client settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    top_p: float | None = None
+    max_tokens: int = Field(default=1024, ge=1)
+    seed: int | None = 0
+    max_concurrency: int = Field(default=8, ge=1)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=6, ge=0)
+    price_input_per_1m: float = Field(default=0.0, ge=0)
+    price_output_per_1m: float = Field(default=0.0, ge=0)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    key: str
+    messages: list[dict[str, str]]
+    prompt_sha: str
+    sample: int = 0
+    max_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class ChatResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    cache_key: str
+    status: Literal["ok", "error"]
+    text: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    retries: int = 0
+    source: Literal["api", "cache", "journal"] = "api"
+    cost_usd: float = 0.0
+
+
+class UsageReport(BaseModel):
+    label: str
+    items: int
+    ok: int
+    errors: int
+    requests_sent: int
+    retries: int
+    cache_hits: int
+    cache_misses: int
+    journal_hits: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    wall_s: float
+
+    def merged(self, other: UsageReport) -> UsageReport:
+        """The sum of two reports (wall_s summed too); keeps this report's label."""
+        summed: dict[str, Any] = {"label": self.label}
+        for name in type(self).model_fields:
+            if name != "label":
+                summed[name] = getattr(self, name) + getattr(other, name)
+        return UsageReport(**summed)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def resolve_api_key(endpoint: EndpointConfig, where: str) -> str:
+    """The API key from the environment variable the endpoint names (a placeholder if none)."""
+    name = endpoint.api_key_env
+    if name is None:
+        return NO_KEY_PLACEHOLDER
+    value = os.environ.get(name, "")
+    if not value.strip():
+        raise LfbenchError(
+            f"{where}: the API key environment variable {name} is not set"
+            f" (set {name}, or change api_key_env for {where})"
+        )
+    return value.strip()
+
+
+def effective_max_tokens(endpoint: EndpointConfig, request: ChatRequest) -> int:
+    return request.max_tokens if request.max_tokens is not None else endpoint.max_tokens
+
+
+def normalise_base_url(url: str) -> str:
+    return url.strip().rstrip("/")
+
+
+def request_seed(endpoint: EndpointConfig, request: ChatRequest) -> int | None:
+    """The seed sent: the endpoint's seed plus the sample index, so that repeated samples of one
+    prompt are different draws (with the same seed a seeded server would repeat its answer)."""
+    return None if endpoint.seed is None else endpoint.seed + request.sample
+
+
+def cache_key(endpoint: EndpointConfig, request: ChatRequest) -> str:
+    """sha256 of everything that changes the answer (not the key, prices or client settings)."""
+    payload = {
+        "v": CACHE_KEY_VERSION,
+        "base_url": normalise_base_url(endpoint.base_url),
+        "model": endpoint.model,
+        "messages": request.messages,
+        "temperature": endpoint.temperature,
+        "top_p": endpoint.top_p,
+        "max_tokens": effective_max_tokens(endpoint, request),
+        "seed": endpoint.seed,
+        "response_format": request.response_format,
+        "prompt_sha": request.prompt_sha,
+        "sample": request.sample,
+    }
+    return sha256_text(canonical_json(payload))
+
+
+def write_usage(path: Path, report: UsageReport) -> None:
+    """Write a usage report as JSON, atomically."""
+    write_json(path, report.model_dump(mode="json"))
+
+
+def cost_usd(endpoint: EndpointConfig, input_tokens: int, output_tokens: int) -> float:
+    return (
+        input_tokens * endpoint.price_input_per_1m / 1e6
+        + output_tokens * endpoint.price_output_per_1m / 1e6
+    )
+
+
+def estimate_tokens(request: ChatRequest, max_tokens: int) -> int:
+    chars = sum(len(m.get("content", "")) for m in request.messages)
+    return chars // 4 + max_tokens
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            v = float(ms) / 1000.0
+            if math.isfinite(v) and v >= 0:
+                return v
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if not ra:
+        return None
+    try:
+        v = float(ra)
+        return v if math.isfinite(v) and v >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(ra)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def backoff_delay(retry: int, retry_after: float | None, rng: random.Random) -> float:
+    """The wait before retry number `retry` (0-based)."""
+    if retry_after is not None:
+        return min(RETRY_AFTER_CAP_S, retry_after) + rng.uniform(0.0, 0.05)
+    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * (2**retry))
+    return rng.uniform(ceiling / 2, ceiling)
+
+
+class _Secret:
+    """Removes the API key from any text that could reach a result, a file or a log."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def scrub(self, text: str) -> str:
+        if self.key and len(self.key) >= 4 and self.key in text:
+            text = text.replace(self.key, "***")
+        return text
+
+
+# ---------------------------------------------------------------- one request
+
+
+class _Retry(Exception):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _Fail(Exception):
+    pass
+
+
+@dataclass
+class _Answer:
+    text: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+
+
+def parse_completion(raw: bytes) -> _Answer:
+    """A chat completion's answer; raise _Retry if the body is not a usable completion."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _Retry(f"response is not valid JSON ({e}): {_short(repr(raw[:120]))}") from None
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise _Retry(f"not a chat completion: {_short(repr(raw[:200]))}") from None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str):
+        refusal = message.get("refusal") if isinstance(message, dict) else None
+        if isinstance(refusal, str) and refusal:
+            raise _Fail(f"the model refused: {_short(refusal)}")
+        raise _Retry("not a chat completion: the message has no text content")
+    usage = data.get("usage")
+    tin = tout = 0
+    if isinstance(usage, dict):
+        tin = _int(usage.get("prompt_tokens"))
+        tout = _int(usage.get("completion_tokens"))
+    finish = choice.get("finish_reason")
+    return _Answer(content, None if finish is None else str(finish), tin, tout)
+
+
+def _error_message(raw: bytes) -> str:
+    """The message of an error body ({"error": {"message": ...}}), else the start of the body."""
+    try:
+        data = json.loads(raw)
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return _short(str(err["message"]))
+        if isinstance(err, str):
+            return _short(err)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    return _short(raw[:300].decode("utf-8", errors="replace")) or "(empty body)"
+
+
+def _int(v: Any) -> int:
+    try:
+        return max(0, int(v))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy HTTP(S)_PROXY / NO_PROXY give for this URL, looked up once (not per request)."""
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies_environment().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
+
+
+def _quiet_http_loggers() -> None:
+    """HTTP libraries that log every request at INFO would print thousands of lines per stage
+    (and cost CPU at high rates): quiet them unless someone set their level on purpose."""
+    for name in ("httpx2", "httpcore2", "httpx", "httpcore", "openai", "aiohttp"):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+# Headers the SDK adds about this machine; left out (they cost CPU per request and say nothing
+# a model server needs).
+_NO_PLATFORM_HEADERS: dict[str, Any] = {}
+
+
+def _platform_headers_omitted() -> dict[str, Any]:
+    import openai
+
+    names = (
+        "X-Stainless-Lang",
+        "X-Stainless-Package-Version",
+        "X-Stainless-OS",
+        "X-Stainless-Arch",
+        "X-Stainless-Runtime",
+        "X-Stainless-Runtime-Version",
+        "X-Stainless-Async",
+    )
+    return {n: openai.omit for n in names}
+
+
+def _make_transport_class() -> Any:
+    import httpx2
+
+    class Transport(httpx2.AsyncBaseTransport):
+        """The openai SDK's HTTP transport: aiohttp, one pooled session, bodies read whole.
+
+        The SDK builds, sends (through this) and checks every request; aiohttp carries it. This
+        is the SDK's own `aiohttp` option made leaner for hundreds of requests per second.
+        """
+
+        def __init__(self, session: Any, proxy: str | None) -> None:
+            self.session = session
+            self.proxy = proxy
+
+        async def handle_async_request(self, request: Any) -> Any:
+            import aiohttp
+
+            timeout = request.extensions.get("timeout", {})
+            try:
+                async with self.session.request(
+                    request.method,
+                    str(request.url),
+                    headers=dict(request.headers),
+                    data=request.content or None,
+                    allow_redirects=False,
+                    proxy=self.proxy,
+                    timeout=aiohttp.ClientTimeout(
+                        total=None,
+                        sock_connect=timeout.get("connect"),
+                        sock_read=timeout.get("read"),
+                    ),
+                ) as resp:
+                    body = await resp.read()
+                    return httpx2.Response(
+                        status_code=resp.status,
+                        headers=resp.raw_headers,
+                        content=body,
+                        request=request,
+                    )
+            except (TimeoutError, aiohttp.ServerTimeoutError) as e:
+                raise httpx2.ReadTimeout(str(e) or "timed out", request=request) from e
+            except (aiohttp.ClientError, OSError) as e:
+                raise httpx2.ConnectError(f"{type(e).__name__}: {e}", request=request) from e
+
+    return Transport
+
+
+def _aiohttp_transport(session: Any, proxy: str | None) -> Any:
+    global _TRANSPORT, _NO_PLATFORM_HEADERS
+    if _TRANSPORT is None:
+        _TRANSPORT = _make_transport_class()
+        _NO_PLATFORM_HEADERS = _platform_headers_omitted()
+    return _TRANSPORT(session, proxy)
+
+
+_TRANSPORT: Any = None
+WORKER_START_GAP_S = 0.002
+
+
+class _Sender:
+    """Sends chat-completion requests to one OpenAI-compatible endpoint through the openai SDK.
+
+    ``AsyncOpenAI.post`` on ``{base_url}/chat/completions`` with the request serialised once
+    (retries resend the same bytes), the SDK's own retries off (ours count attempts and honour
+    Retry-After), the answer read as raw JSON (parsed by :func:`parse_completion`, which checks
+    it strictly). The SDK's HTTP client is httpx2 over a lean aiohttp transport with one pool
+    sized to ``max_concurrency``: the SDK's request building costs ~0.5 ms of CPU per call, so at
+    hundreds of requests per second every other per-request cost was cut (see benchmarks/).
+    """
+
+    def __init__(self, endpoint: EndpointConfig, api_key: str, limiter: RateLimiter | None) -> None:
+        import aiohttp
+        import httpx2
+        import openai
+
+        from pipeline import __version__
+
+        _quiet_http_loggers()
+        self.endpoint = endpoint
+        self.secret = _Secret(api_key)
+        self.limiter = limiter if limiter is not None and limiter.active else None
+        self.rng = random.Random()
+        self.url = normalise_base_url(endpoint.base_url) + "/chat/completions"
+        c = endpoint.max_concurrency
+        t = endpoint.timeout_s
+        self.openai = openai
+        self.httpx2 = httpx2
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=c, limit_per_host=c, keepalive_timeout=30.0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, t), sock_read=t),
+            trust_env=False,
+        )
+        transport = _aiohttp_transport(self.session, _env_proxy(self.url))
+        self.client = openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=normalise_base_url(endpoint.base_url),
+            max_retries=0,
+            timeout=t,
+            http_client=httpx2.AsyncClient(transport=transport, timeout=t),
+            default_headers={"User-Agent": f"lfbench/{__version__}", **_NO_PLATFORM_HEADERS},
+        )
+
+    async def aclose(self) -> None:
+        await self.client.close()
+        await self.session.close()
+
+    def _kwargs(self, request: ChatRequest, max_tokens: int) -> dict[str, Any]:
+        ep = self.endpoint
+        kw: dict[str, Any] = {
+            "model": ep.model,
+            "messages": request.messages,
+            "temperature": ep.temperature,
+            "max_tokens": max_tokens,
+        }
+        if ep.top_p is not None:
+            kw["top_p"] = ep.top_p
+        if ep.seed is not None:
+            kw["seed"] = request_seed(ep, request)
+        if request.response_format is not None:
+            kw["response_format"] = request.response_format
+        return kw
+
+    async def _attempt(self, body: bytes) -> _Answer:
+        openai = self.openai
+        try:
+            resp = await self.client.post(
+                self.url,
+                cast_to=self.httpx2.Response,
+                content=body,
+                options={"headers": _JSON_HEADERS},
+            )
+            raw = resp.content
+            status = resp.status_code
+            headers = resp.headers
+        except openai.APITimeoutError:
+            raise _Retry(f"timed out after {self.endpoint.timeout_s:g} s") from None
+        except openai.APIConnectionError as e:
+            cause = e.__cause__ or e
+            raise _Retry(
+                f"connection error: {type(cause).__name__}: {_short(str(cause))}"
+            ) from None
+        except openai.APIStatusError as e:
+            raw = e.response.content
+            status = e.response.status_code
+            headers = e.response.headers
+        if status >= 400:
+            msg = f"HTTP {status}: {_error_message(raw)}"
+            if status in RETRYABLE_STATUS or status >= 500:
+                raise _Retry(msg, parse_retry_after(headers))
+            raise _Fail(msg)
+        return parse_completion(raw)
+
+    async def send(self, request: ChatRequest, key: str) -> tuple[_Answer | None, str | None, int]:
+        """(answer or None, error or None, attempts)."""
+        max_tokens = effective_max_tokens(self.endpoint, request)
+        body = json.dumps(self._kwargs(request, max_tokens), ensure_ascii=False).encode("utf-8")
+        estimate = estimate_tokens(request, max_tokens)
+        attempts = 0
+        last_error = "not sent"
+        while True:
+            if self.limiter is not None:
+                await self.limiter.acquire(estimate)
+            attempts += 1
+            try:
+                answer = await self._attempt(body)
+            except _Retry as e:
+                if self.limiter is not None:
+                    self.limiter.reconcile(estimate, 0)
+                last_error = self.secret.scrub(str(e))
+                retry = attempts - 1
+                if retry >= self.endpoint.max_retries:
+                    return None, f"gave up after {attempts} attempt(s): {last_error}", attempts
+                delay = backoff_delay(retry, e.retry_after, self.rng)
+                log.debug(
+                    "%s: attempt %d failed (%s); retrying in %.2f s",
+                    request.key,
+                    attempts,
+                    last_error,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            except _Fail as e:
+                return None, self.secret.scrub(str(e)), attempts
+            except Exception as e:  # noqa: BLE001 - one bad item never fails the run
+                msg = self.secret.scrub(f"{type(e).__name__}: {_short(str(e))}")
+                return None, f"unexpected error: {msg}", attempts
+            if self.limiter is not None:
+                self.limiter.reconcile(estimate, answer.input_tokens + answer.output_tokens)
+            return answer, None, attempts
+
+
+def _short(text: str, n: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+# ---------------------------------------------------------------- progress
+
+
+class _Progress:
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.errors = 0
+        self.t0 = time.monotonic()
+        self.last_log = self.t0
+        self._bar: Any = None
+        self._task: Any = None
+        if enabled and total and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:.1f}/s"),
+                TextColumn("errors {task.fields[errors]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total, rate=0.0, errors=0)
+        self.log_lines = enabled and self._bar is None
+
+    def advance(self, ok: bool) -> None:
+        self.done += 1
+        if not ok:
+            self.errors += 1
+        now = time.monotonic()
+        rate = self.done / max(now - self.t0, 1e-9)
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, rate=rate, errors=self.errors)
+        elif now - self.last_log >= PROGRESS_LOG_EVERY_S and self.done < self.total:
+            self.last_log = now
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            if self.log_lines:
+                log.info(
+                    "%s: %d/%d done, %d errors, %.1f/s, ETA %.0f s",
+                    self.label,
+                    self.done,
+                    self.total,
+                    self.errors,
+                    rate,
+                    eta,
+                )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+# ---------------------------------------------------------------- the batch
+
+
+def _ok(
+    key: str, ck: str, text: str, finish: str | None, tin: int, tout: int, **kw: Any
+) -> ChatResult:
+    return ChatResult(
+        key=key,
+        cache_key=ck,
+        status="ok",
+        text=text,
+        finish_reason=finish,
+        input_tokens=tin,
+        output_tokens=tout,
+        **kw,
+    )
+
+
+async def run_chat(
+    endpoint: EndpointConfig,
+    requests: Sequence[ChatRequest],
+    *,
+    cache_path: Path | None,
+    journal_path: Path | None,
+    label: str,
+    progress: bool = True,
+) -> tuple[list[ChatResult], UsageReport]:
+    """Answer every request (in order); see the module docstring."""
+    t0 = time.monotonic()
+    keys = [cache_key(endpoint, r) for r in requests]
+    results: list[ChatResult | None] = [None] * len(requests)
+
+    journal = load_journal(journal_path) if journal_path is not None else {}
+    journal_hits = 0
+    for i, (req, ck) in enumerate(zip(requests, keys, strict=True)):
+        j = journal.get(ck)
+        if j is not None:
+            results[i] = _ok(
+                req.key,
+                ck,
+                j.text,
+                j.finish_reason,
+                j.input_tokens,
+                j.output_tokens,
+                source="journal",
+            )
+            journal_hits += 1
+
+    cache = ResponseCache(cache_path) if cache_path is not None else None
+    cache_hits = 0
+    journal_writer: JournalWriter | None = None
+    sender: _Sender | None = None
+    prog: _Progress | None = None
+    try:
+        if cache is not None:
+            pending = [ck for ck, r in zip(keys, results, strict=True) if r is None]
+            found = cache.get_many(pending) if pending else {}
+            backfill: list[JournalEntry] = []
+            for i, (req, ck) in enumerate(zip(requests, keys, strict=True)):
+                if results[i] is None and ck in found:
+                    a = found[ck]
+                    results[i] = _ok(
+                        req.key,
+                        ck,
+                        a.text,
+                        a.finish_reason,
+                        a.input_tokens,
+                        a.output_tokens,
+                        source="cache",
+                    )
+                    cache_hits += 1
+                elif ck in journal and ck not in found:
+                    backfill.append(journal[ck])
+            # answers that only the journal had (a killed run): put them in the cache too
+            if backfill:
+                cache.put_now([_cached(e) for e in {e.cache_key: e for e in backfill}.values()])
+
+        # what is left to send, each distinct cache key once
+        first_of: dict[str, int] = {}
+        duplicates: list[int] = []
+        for i, ck in enumerate(keys):
+            if results[i] is None:
+                if ck in first_of:
+                    duplicates.append(i)
+                else:
+                    first_of[ck] = i
+        to_send = list(first_of.values())
+        cache_misses = len(to_send)
+
+        if to_send:
+            api_key = resolve_api_key(endpoint, label)
+            if journal_path is not None:
+                journal_writer = JournalWriter(journal_path)
+            limiter = RateLimiter(endpoint.requests_per_minute, endpoint.tokens_per_minute)
+            sender = _Sender(endpoint, api_key, limiter)
+            prog = _Progress(label, len(to_send), progress)
+            await _send_all(
+                endpoint, sender, requests, keys, to_send, results, cache, journal_writer, prog
+            )
+        for i in duplicates:
+            src = results[first_of[keys[i]]]
+            assert src is not None
+            results[i] = src.model_copy(
+                update={
+                    "key": requests[i].key,
+                    "requests": 0,
+                    "retries": 0,
+                    "cost_usd": 0.0,
+                    "source": "cache" if src.status == "ok" else "api",
+                }
+            )
+            if src.status == "ok":
+                cache_hits += 1
+    finally:
+        if prog is not None:
+            prog.close()
+        if sender is not None:
+            await sender.aclose()
+        if journal_writer is not None:
+            await asyncio.to_thread(journal_writer.close)
+        if cache is not None:
+            await asyncio.to_thread(cache.close)
+
+    final: list[ChatResult] = [r for r in results if r is not None]
+    assert len(final) == len(requests)
+    sent = [r for r in final if r.source == "api"]
+    report = UsageReport(
+        label=label,
+        items=len(final),
+        ok=sum(1 for r in final if r.status == "ok"),
+        errors=sum(1 for r in final if r.status == "error"),
+        requests_sent=sum(r.requests for r in final),
+        retries=sum(r.retries for r in final),
+        cache_hits=cache_hits,
+        cache_misses=cache_misses,
+        journal_hits=journal_hits,
+        input_tokens=sum(r.input_tokens for r in sent),
+        output_tokens=sum(r.output_tokens for r in sent),
+        cost_usd=sum(r.cost_usd for r in final),
+        wall_s=round(time.monotonic() - t0, 3),
+    )
+    log.info(
+        "%s: %d items: cache %d hits / %d misses, journal %d hits, %d requests sent"
+        " (%d retries), %d errors, $%.4f, %.1f s",
+        label,
+        report.items,
+        report.cache_hits,
+        report.cache_misses,
+        report.journal_hits,
+        report.requests_sent,
+        report.retries,
+        report.errors,
+        report.cost_usd,
+        report.wall_s,
+    )
+    return final, report
+
+
+def _cached(e: JournalEntry) -> CachedAnswer:
+    return CachedAnswer(e.cache_key, e.text, e.finish_reason, e.input_tokens, e.output_tokens)
+
+
+async def _send_all(
+    endpoint: EndpointConfig,
+    sender: _Sender,
+    requests: Sequence[ChatRequest],
+    keys: list[str],
+    to_send: list[int],
+    results: list[ChatResult | None],
+    cache: ResponseCache | None,
+    journal: JournalWriter | None,
+    prog: _Progress,
+) -> None:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in to_send:
+        queue.put_nowait(i)
+
+    async def worker(slot: int) -> None:
+        # Start the workers a little apart: answers that all come back at once are handled one
+        # after another, and the last ones in such a burst would wait (the burst repeats on
+        # every round trip). Spread starts keep the round trips apart (<= 0.13 s of ramp-up).
+        await asyncio.sleep(slot * WORKER_START_GAP_S)
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            req, ck = requests[i], keys[i]
+            answer, error, attempts = await sender.send(req, ck)
+            if answer is None:
+                results[i] = ChatResult(
+                    key=req.key,
+                    cache_key=ck,
+                    status="error",
+                    error=error,
+                    requests=attempts,
+                    retries=attempts - 1,
+                    source="api",
+                )
+                prog.advance(False)
+                continue
+            if journal is not None:
+                journal.append(
+                    JournalEntry(
+                        ck,
+                        req.key,
+                        answer.text,
+                        answer.finish_reason,
+                        answer.input_tokens,
+                        answer.output_tokens,
+                    )
+                )
+            if cache is not None:
+                cache.put(
+                    CachedAnswer(
+                        ck,
+                        answer.text,
+                        answer.finish_reason,
+                        answer.input_tokens,
+                        answer.output_tokens,
+                        endpoint.model,
+                    )
+                )
+            results[i] = _ok(
+                req.key,
+                ck,
+                answer.text,
+                answer.finish_reason,
+                answer.input_tokens,
+                answer.output_tokens,
+                requests=attempts,
+                retries=attempts - 1,
+                source="api",
+                cost_usd=cost_usd(endpoint, answer.input_tokens, answer.output_tokens),
+            )
+            prog.advance(True)
+
+    n = min(endpoint.max_concurrency, len(to_send))
+    await asyncio.gather(*(worker(slot) for slot in range(n)))
+
+
+def run_chat_sync(
+    endpoint: EndpointConfig,
+    requests: Sequence[ChatRequest],
+    *,
+    cache_path: Path | None,
+    journal_path: Path | None,
+    label: str,
+    progress: bool = True,
+) -> tuple[list[ChatResult], UsageReport]:
+    """:func:`run_chat` for synchronous code (runs its own event loop)."""
+    return asyncio.run(
+        run_chat(
+            endpoint,
+            requests,
+            cache_path=cache_path,
+            journal_path=journal_path,
+            label=label,
+            progress=progress,
+        )
+    )

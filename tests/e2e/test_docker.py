@@ -1,0 +1,199 @@
+"""Stages in the pinned image: same numbers as a local run, lineage, the environment allow-list.
+
+Needs a Docker engine and a base image present locally (no registry is reachable here):
+$LFBENCH_BASE_IMAGE, else $LFBENCH_TEST_BASE_IMAGE, else `lfbench-base:bookworm` (made by
+scripts/build-base-image.sh; .ci/run builds it). Skipped, with the reason, otherwise.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline import containers
+from tests.conftest import ROOT, run
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _base_image() -> str:
+    return (
+        os.environ.get("LFBENCH_BASE_IMAGE")
+        or os.environ.get("LFBENCH_TEST_BASE_IMAGE")
+        or "lfbench-base:bookworm"
+    )
+
+
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    client = containers.docker_client()
+    if client is None:
+        pytest.skip("no Docker engine answers (DOCKER_HOST / /var/run/docker.sock)")
+    import docker.errors
+
+    try:
+        client.images.get(_base_image())
+    except docker.errors.ImageNotFound:
+        pytest.skip(
+            f"base image {_base_image()} is not present locally (no registry here): "
+            "run scripts/build-base-image.sh or set LFBENCH_BASE_IMAGE"
+        )
+    return client
+
+
+@pytest.fixture(scope="module")
+def image_id(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The image built from the working tree's Dockerfile, lock and package."""
+    ctx = tmp_path_factory.mktemp("ctx")
+    for name in ("Dockerfile", ".dockerignore", "requirements.lock", "pyproject.toml"):
+        shutil.copy2(ROOT / name, ctx / name)
+    shutil.copytree(ROOT / "pipeline", ctx / "pipeline", ignore=shutil.ignore_patterns("__py*"))
+    record = containers.build_image(ctx, client=engine, base=_base_image(), tag="lfbench:test")
+    return str(record["image_id"])
+
+
+def _params(proj: Path, runtime: str) -> None:
+    path = proj / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    params["runtime"] = runtime
+    params["summhay"]["haystacks"] = ["news1"]
+    params["models"]["published"]["systems"] = ["gpt-4o"]
+    params["models"]["published"]["settings"] = ["oracle", "full"]
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", runtime], proj)
+
+
+def _records(proj: Path) -> dict[str, dict[str, Any]]:
+    return {
+        p.name.split("-")[0]: json.loads(p.read_text())
+        for p in sorted((proj / ".lfbench" / "stages").glob("*.json"))
+    }
+
+
+def test_docker_and_local_runs_give_identical_metrics(
+    engine: Any, image_id: str, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = tmp_path / "local"
+    shutil.copytree(project, local, symlinks=True)
+    _params(project, "docker")
+    _params(local, "local")
+
+    out = run(["dvc", "repro"], project, {"LFBENCH_BASE_IMAGE": _base_image()})
+    assert "runtime docker" in out.stderr
+    run(["dvc", "repro"], local, {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"})
+
+    for rel in ("metrics/summhay.json", "metrics/summhay.summary.json", "reports/summhay.md"):
+        assert (project / rel).read_bytes() == (local / rel).read_bytes(), rel
+
+    image = json.loads((project / "build" / "image.json").read_text())
+    assert image["runtime"] == "docker" and image["base_image"] == _base_image()
+    assert image["image_id"] == engine.images.get("lfbench:latest").id
+    assert json.loads((local / "build" / "image.json").read_text())["image_id"] is None
+
+    docker_records, local_records = _records(project), _records(local)
+    assert (
+        set(docker_records)
+        == set(local_records)
+        == {
+            "construct",
+            "generate",
+            "judge",
+            "aggregate",
+        }
+    )
+    for rec in docker_records.values():
+        assert rec["runtime"] == "docker" and rec["image_digest"] == image["image_id"]
+        assert HEX64.match(rec["container_id"]), rec
+        assert rec["python"] == "/opt/lfbench/bin/python"
+        assert (rec["uid"], rec["gid"]) == (os.getuid(), os.getgid())
+    for rec in local_records.values():
+        assert rec["runtime"] == "local" and rec["container_id"] is None
+        assert rec["image_digest"] is None
+
+    # Files the containers wrote belong to the caller.
+    for rel in ("datasets/summhay.jsonl", "metrics/summhay.json", "mlruns/mlflow.db"):
+        st = (project / rel).stat()
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), rel
+
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.tracking import tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for proj, runtime, digest in ((project, "docker", image["image_id"]), (local, "local", "none")):
+        client = MlflowClient(tracking_uri=tracking_uri(proj))
+        exp = client.get_experiment_by_name("summhay")
+        runs = client.search_runs([exp.experiment_id])
+        assert len(runs) == 2
+        for r in runs:
+            assert r.data.tags["runtime"] == runtime
+            assert r.data.tags["image.digest"] == digest
+
+    # Nothing left to do, and no container left behind.
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], project).stdout
+    assert not engine.containers.list(all=True, filters={"ancestor": image["image_id"]})
+
+
+def test_container_sees_only_allowed_environment(
+    engine: Any, image_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LFBENCH_SECRET_PROBE", "must-not-cross")
+    monkeypatch.setenv("SOME_RANDOM_VAR", "must-not-cross")
+    monkeypatch.setenv("PASSED_PROBE", "allowed")
+    monkeypatch.setenv("JUDGE_KEY_PROBE", "sk-judge")
+    raw = {
+        "env_passthrough": ["PASSED_PROBE", "UNSET_PROBE"],
+        "judges": {"j": {"provider": "openai", "api_key_env": "JUDGE_KEY_PROBE"}},
+    }
+    env = containers.container_env(
+        raw, os.environ, {"LFBENCH_RUNTIME": "docker", "LFBENCH_IMAGE_DIGEST": image_id}
+    )
+    script = (
+        "import os, json, pathlib; pathlib.Path('made-inside.txt').write_text('x'); "
+        "print(json.dumps(dict(os.environ)))"
+    )
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = containers.run_stage_in_container(
+        image_id,
+        ["python", "-c", script],
+        tmp_path,
+        env,
+        client=engine,
+        stdout=stdout,
+        stderr=stderr,
+    )
+    assert code == 0, stderr.getvalue()
+    seen = json.loads(stdout.getvalue())
+    assert seen["PASSED_PROBE"] == "allowed"
+    assert seen["JUDGE_KEY_PROBE"] == "sk-judge"
+    assert seen["LFBENCH_RUNTIME"] == "docker" and seen["LFBENCH_IMAGE_DIGEST"] == image_id
+    for hidden in ("LFBENCH_SECRET_PROBE", "SOME_RANDOM_VAR", "UNSET_PROBE"):
+        assert hidden not in seen
+    assert seen["HOME"] == "/tmp" and seen["HF_HUB_OFFLINE"] == "1"
+    st = (tmp_path / "made-inside.txt").stat()
+    assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+
+    # Exit status and stderr come back; the container is removed either way.
+    before = len(engine.containers.list(all=True))
+    code = containers.run_stage_in_container(
+        image_id,
+        ["python", "-c", "import sys; print('bad', file=sys.stderr); sys.exit(7)"],
+        tmp_path,
+        {},
+        client=engine,
+        stdout=stdout,
+        stderr=stderr,
+    )
+    assert code == 7 and "bad" in stderr.getvalue()
+    assert len(engine.containers.list(all=True)) == before
