@@ -55,7 +55,13 @@ def engine() -> Any:
 def image_id(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The image built from the working tree's Dockerfile, lock and package."""
     ctx = tmp_path_factory.mktemp("ctx")
-    for name in ("Dockerfile", ".dockerignore", "requirements.lock", "pyproject.toml"):
+    for name in (
+        "Dockerfile",
+        ".dockerignore",
+        "requirements.lock",
+        "requirements-nodeps.lock",
+        "pyproject.toml",
+    ):
         shutil.copy2(ROOT / name, ctx / name)
     shutil.copytree(ROOT / "pipeline", ctx / "pipeline", ignore=shutil.ignore_patterns("__py*"))
     record = containers.build_image(ctx, client=engine, base=_base_image(), tag="lfbench:test")
