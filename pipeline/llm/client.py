@@ -404,18 +404,29 @@ def _make_transport_class() -> Any:
             except (aiohttp.ClientError, OSError) as e:
                 raise httpx2.ConnectError(f"{type(e).__name__}: {e}", request=request) from e
 
-    return Transport
+    class Client(httpx2.AsyncClient):
+        """The SDK's HTTP client: sends straight to the transport (no cookies, auth flows,
+        redirects or event hooks, which a chat-completions call never needs)."""
+
+        async def send(self, request: Any, **kwargs: Any) -> Any:
+            response = await self._transport_for_url(request.url).handle_async_request(request)
+            response.request = request
+            return response
+
+    return Transport, Client
 
 
-def _aiohttp_transport(session: Any, proxy: str | None) -> Any:
-    global _TRANSPORT, _NO_PLATFORM_HEADERS
-    if _TRANSPORT is None:
-        _TRANSPORT = _make_transport_class()
+def _http_client(session: Any, proxy: str | None, timeout: float) -> Any:
+    """The httpx2 client the SDK sends through, over one pooled aiohttp session."""
+    global _CLASSES, _NO_PLATFORM_HEADERS
+    if _CLASSES is None:
+        _CLASSES = _make_transport_class()
         _NO_PLATFORM_HEADERS = _platform_headers_omitted()
-    return _TRANSPORT(session, proxy)
+    transport_cls, client_cls = _CLASSES
+    return client_cls(transport=transport_cls(session, proxy), timeout=timeout)
 
 
-_TRANSPORT: Any = None
+_CLASSES: tuple[Any, Any] | None = None
 WORKER_START_GAP_S = 0.002
 
 
@@ -452,13 +463,13 @@ class _Sender:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, t), sock_read=t),
             trust_env=False,
         )
-        transport = _aiohttp_transport(self.session, _env_proxy(self.url))
+        http_client = _http_client(self.session, _env_proxy(self.url), t)
         self.client = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=normalise_base_url(endpoint.base_url),
             max_retries=0,
             timeout=t,
-            http_client=httpx2.AsyncClient(transport=transport, timeout=t),
+            http_client=http_client,
             default_headers={"User-Agent": f"lfbench/{__version__}", **_NO_PLATFORM_HEADERS},
         )
 
