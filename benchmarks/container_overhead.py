@@ -47,7 +47,13 @@ def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:
 
 
 def _context(dest: Path) -> Path:
-    for name in ("Dockerfile", ".dockerignore", "requirements.lock", "pyproject.toml"):
+    for name in (
+        "Dockerfile",
+        ".dockerignore",
+        "requirements.lock",
+        "requirements-nodeps.lock",
+        "pyproject.toml",
+    ):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "pipeline", dest / "pipeline", ignore=shutil.ignore_patterns("__py*"))
     return dest
@@ -74,7 +80,7 @@ def main() -> None:
     result: dict[str, Any] = {"base_image": args.base, "repeat": args.repeat}
     with tempfile.TemporaryDirectory() as tmp:
         ctx = _context(Path(tmp))
-        containers.wheelhouse(ctx / "requirements.lock")  # download once, outside the timings
+        containers.wheelhouse(containers.lock_files(ctx))  # download once, outside the timings
         _, image = _build(ctx, client, args.base, nocache=False)  # make sure the cache is there
         warm, warm_id = _build(ctx, client, args.base, nocache=False)
         result["build_warm_s"] = round(warm, 2)
