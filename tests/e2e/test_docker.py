@@ -203,3 +203,39 @@ def test_container_sees_only_allowed_environment(
     )
     assert code == 7 and "bad" in stderr.getvalue()
     assert len(engine.containers.list(all=True)) == before
+
+
+def test_llm_stages_in_container_reach_a_loopback_server(
+    engine: Any, image_id: str, project: Path, tmp_path: Path
+) -> None:
+    """A model and a judge on 127.0.0.1 answer stages that run in the image (host network); the
+    key crosses by the name params.yaml gives it, and nowhere else."""
+    from pipeline.llm.testserver import TestServer
+    from tests.e2e import test_llm_pipeline as llm
+
+    with TestServer(
+        responder=f"{llm.RESPONDER}:respond", log_path=tmp_path / "server.log", cwd=ROOT
+    ) as srv:
+        llm._configure(project, srv.base_url, judges={"llm-batch": {"mode": "batched"}})
+        path = project / "params.yaml"
+        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+        params["runtime"] = "docker"
+        path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+        out = run(
+            ["dvc", "repro"],
+            project,
+            {"LFBENCH_BASE_IMAGE": _base_image(), llm.KEY_ENV: llm.FAKE_KEY},
+        )
+        served = [r for r in srv.log() if r["served"]]
+    assert "runtime docker" in out.stderr
+    assert len(served) == 4 + 4  # 2 subtopics x 2 settings, then one batched judge call each
+    gens = llm._jsonl(project / "generations/summhay/tiny.jsonl")
+    assert len(gens) == 4 and all(g["status"] == "ok" for g in gens)
+    records = _records(project)
+    assert records["generate"]["runtime"] == "docker"
+    assert HEX64.match(records["generate"]["container_id"])
+    rows = llm._rows(project)
+    assert rows and all(r["n_summaries"] == 2 and r["coverage"] is not None for r in rows)
+    assert llm.FAKE_KEY not in out.stdout + out.stderr
+    for p in (project / "dvc.lock", project / "params.yaml", project / "mlruns" / "mlflow.db"):
+        assert llm.FAKE_KEY.encode() not in p.read_bytes(), p
