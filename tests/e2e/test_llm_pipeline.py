@@ -8,6 +8,7 @@ a judge that answers garbage, a missing key, and that the key never lands in a f
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -179,6 +180,8 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     assert m["judge.requests_sent"] == 4 and m["cost_usd"] > 0
     assert {"generate.cache_hits", "judge.input_tokens", "judge.wall_s"} <= set(m)
     assert r.data.tags["judge.prompt_sha"] not in ("published", "none")
+    news_prompt = (project / "prompts/summhay/generate_news.txt").read_bytes()
+    assert r.data.tags["model.prompt_sha"] == hashlib.sha256(news_prompt).hexdigest()
     assert r.data.tags["model.provider"] == "openai"
 
     # the key never reaches a file of the project, the DVC files, MLflow or the logs

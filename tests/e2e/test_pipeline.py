@@ -140,6 +140,7 @@ def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
         assert tags["data.digest"] == data_md5
         assert tags["judge.name"] == "published-gpt-4o"
         assert tags["judge.prompt_sha"] == "published"
+        assert tags["model.prompt_sha"] == "published"
         assert tags["model.entry"] == "published"
         assert tags["git.commit"] == head
         assert tags["git.dirty"] == "false"

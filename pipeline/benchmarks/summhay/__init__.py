@@ -410,6 +410,10 @@ def aggregate(
         prompt_shas = {
             (r.model, r.judge): sorted({j.judge_prompt_sha for j in r.judgements}) for r in runs
         }
+        for r in runs:  # the generation prompt(s), under the judge name ""
+            prompt_shas[(r.model, "")] = sorted(
+                {str(g.meta.get("prompt_sha", "published")) for g in r.generations}
+            )
         usage = {}
         for model in params.summhay.models:
             usage[("generate", model, "")] = _read_usage(generations_dir / f"{model}.usage.json")
@@ -463,7 +467,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float |
 
 
 def lineage_tags(
-    params: Params, row: dict[str, Any], prompt_sha: str, dataset_path: Path, root: Path
+    params: Params,
+    row: dict[str, Any],
+    prompt_sha: str,
+    dataset_path: Path,
+    root: Path,
+    model_prompt_sha: str = "none",
 ) -> dict[str, str]:
     git = git_info(root)
     judge_entry = dvc_lock_entry(root, judge_stage(row["model"], row["judge"]))
@@ -481,6 +490,7 @@ def lineage_tags(
         "judge.name": row["judge"],
         "judge.provider": params.judges[row["judge"]].provider,
         "judge.prompt_sha": prompt_sha,
+        "model.prompt_sha": model_prompt_sha,
         "dataset.digest": file_digest(dataset_path),
         "data.digest": dvc_file_md5(root / "data.dvc") or "unknown",
         "dvc.stage": judge_stage(row["model"], row["judge"]),
@@ -524,7 +534,14 @@ def log_to_mlflow(
                     for k in ("domain", "system", "setting", "judge", "mode", "model")
                 }
                 | {"partial_credit": str(params.summhay.scoring.partial_credit)},
-                tags=lineage_tags(params, row, sha, dataset_path, root),
+                tags=lineage_tags(
+                    params,
+                    row,
+                    sha,
+                    dataset_path,
+                    root,
+                    ",".join(prompt_shas.get((row["model"], ""), [])) or "none",
+                ),
                 artifacts={"judgements.jsonl": details[key], "row.json": row},
             )
         )
