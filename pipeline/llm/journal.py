@@ -14,7 +14,7 @@ import logging
 import os
 import queue
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +29,19 @@ class JournalEntry:
     finish_reason: str | None
     input_tokens: int
     output_tokens: int
+
+
+def _line(e: JournalEntry) -> str:
+    """One JSON line (keys sorted), without dataclasses.asdict's deep copy."""
+    obj = {
+        "cache_key": e.cache_key,
+        "finish_reason": e.finish_reason,
+        "input_tokens": e.input_tokens,
+        "key": e.key,
+        "output_tokens": e.output_tokens,
+        "text": e.text,
+    }
+    return json.dumps(obj, ensure_ascii=False) + "\n"
 
 
 def clear_journal(path: Path) -> None:
@@ -116,11 +129,7 @@ class JournalWriter:
                     break
             if None in batch:
                 done = True
-            lines = [
-                json.dumps(asdict(e), ensure_ascii=False, sort_keys=True) + "\n"
-                for e in batch
-                if e is not None
-            ]
+            lines = [_line(e) for e in batch if e is not None]
             if not lines:
                 continue
             try:
