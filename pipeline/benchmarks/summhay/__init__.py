@@ -350,28 +350,9 @@ def _judge_llm(
 # ---------------------------------------------------------------- aggregate
 
 
-METRIC_KEYS = (
-    "coverage",
-    "citation",
-    "joint",
-    "citation_precision",
-    "citation_recall",
-    "words_per_bullet",
-    "n_insights",
-    "n_summaries",
-    "n_covered",
-    "n_invalid",
-    "n_bad_links",
-    "n_failed_generations",
-    "n_failed_judgements",
-    "coverage_macro",
-    "citation_macro",
-    "joint_macro",
-    "invalid_judgements",
-    "input_tokens",
-    "output_tokens",
-    "cost_usd",
-)
+# Every numeric column of a row is an MLflow metric; the others identify the row.
+ID_KEYS = ("benchmark", "domain", "system", "setting", "judge", "mode", "model")
+METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS)
 
 
 def aggregate(
