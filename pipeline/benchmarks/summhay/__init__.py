@@ -185,6 +185,16 @@ def _generate_llm(
         journal_path=journal,
         label=stage,
     )
+    truncated = [r.key for r in results if r.status == "ok" and r.finish_reason == "length"]
+    if truncated:
+        log.warning(
+            "%s: %d summaries stopped at max_tokens (%d) and are scored as they are (first: %s);"
+            " raise max_tokens to avoid it",
+            stage,
+            len(truncated),
+            spec.max_tokens,
+            truncated[0],
+        )
     return [
         generation.to_record(model, spec, p, r) for p, r in zip(planned, results, strict=True)
     ], report
