@@ -212,8 +212,18 @@ def test_generate_sigkill_resumes_without_resending(project: Path, tmp_path: Pat
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        journal = project / ".lfbench/journal/summhay-generate_tiny.jsonl"
+
+        def journaled() -> list[dict[str, Any]]:
+            done = []
+            text = journal.read_text() if journal.exists() else ""
+            for ln in text.splitlines():
+                with contextlib.suppress(json.JSONDecodeError):  # a line torn by the kill
+                    done.append(json.loads(ln))
+            return done
+
         deadline = time.monotonic() + 120
-        while sum(r["served"] for r in srv.log()) < 8:
+        while len(journaled()) < 6:  # kill once a quarter of the items are durably finished
             assert proc.poll() is None, "the stage ended before it could be killed"
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -221,13 +231,8 @@ def test_generate_sigkill_resumes_without_resending(project: Path, tmp_path: Pat
         proc.wait()
         time.sleep(0.5)
         before = srv.log()
-        journal = project / ".lfbench/journal/summhay-generate_tiny.jsonl"
-        finished = [ln for ln in journal.read_text().splitlines() if ln.strip()]
-        done = []
-        for ln in finished:
-            with contextlib.suppress(json.JSONDecodeError):  # a line torn by the kill
-                done.append(json.loads(ln))
-        assert 8 <= len(done) < 24
+        done = journaled()
+        assert 6 <= len(done) < 24
 
         run(["dvc", "repro"], project, env=_env())
         after = srv.log()[len(before) :]
