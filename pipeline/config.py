@@ -6,6 +6,7 @@ depends on lives here (or in a prompt file named here), so DVC sees it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -98,7 +99,19 @@ class OpenAIModel(EndpointConfig):
         return self
 
 
-ModelSpec = Annotated[PublishedModel | OpenAIModel, Field(discriminator="provider")]
+class Long2ragLeadModel(Strict):
+    """A no-model baseline built into the Long2RAG package: the leading sentences of the context's
+    documents, in turn, up to `long2rag.generation.max_words` words (no call, no key)."""
+
+    provider: Literal["long2rag-lead"]
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+
+
+ModelSpec = Annotated[
+    PublishedModel | OpenAIModel | Long2ragLeadModel, Field(discriminator="provider")
+]
 
 
 # ---------------------------------------------------------------- judges
@@ -132,7 +145,23 @@ class OpenAIJudge(EndpointConfig):
         )
 
 
-JudgeSpec = Annotated[PublishedJudge | OpenAIJudge, Field(discriminator="provider")]
+class OverlapJudge(Strict):
+    """A no-model Long2RAG entailment judge built into the package: a key point is entailed by
+    the answer sentence that holds the largest share of its content words (see
+    pipeline/benchmarks/long2rag/judging.py). A transparent lexical baseline, not a model."""
+
+    provider: Literal["long2rag-overlap"]
+    full: float = Field(default=0.6, gt=0, le=1, description="share of words for 'yes'")
+    partial: float = Field(default=0.3, gt=0, le=1, description="share of words for 'neutral'")
+
+    @model_validator(mode="after")
+    def _check(self) -> OverlapJudge:
+        if self.partial > self.full:
+            raise ValueError(f"partial ({self.partial}) must not exceed full ({self.full})")
+        return self
+
+
+JudgeSpec = Annotated[PublishedJudge | OpenAIJudge | OverlapJudge, Field(discriminator="provider")]
 
 
 # ---------------------------------------------------------------- benchmarks
@@ -186,6 +215,121 @@ class SummhayParams(Strict):
         return self
 
 
+class Long2ragPrompts(Strict):
+    """Prompt files (paths relative to the project); each file's hash goes into every cache key
+    and MLflow run."""
+
+    decompose: str = "prompts/long2rag/decompose.txt"
+    extract: str = "prompts/long2rag/extract.txt"
+    aggregate: str = "prompts/long2rag/aggregate.txt"
+    filter: str = "prompts/long2rag/filter.txt"
+    generate: str = "prompts/long2rag/generate.txt"
+    judge_point: str = "prompts/long2rag/judge_point.txt"
+    judge_batch: str = "prompts/long2rag/judge_batch.txt"
+    repair: str = "prompts/long2rag/repair.txt"
+
+
+class Long2ragDerived(Strict):
+    """The offline default: Long2RAG-format questions derived from SummHay haystacks."""
+
+    haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACKS), min_length=1)
+    subtopics: int | None = Field(default=None, ge=1, description="first N subtopics per haystack")
+    retriever: Literal["bm25", "dense"] = "bm25"
+
+    @field_validator("haystacks")
+    @classmethod
+    def _known(cls, hs: list[str]) -> list[str]:
+        for h in hs:
+            if h not in HAYSTACKS:
+                raise ValueError(f"unknown haystack {h!r}; known: {', '.join(HAYSTACKS)}")
+        if len(set(hs)) != len(hs):
+            raise ValueError(f"haystacks lists a name twice: {hs}")
+        return hs
+
+
+class Long2ragConstruct(Strict):
+    """Key-point construction with an LLM, for questions of a user's file that have none."""
+
+    llm: str | None = Field(
+        default=None, description="a judges entry (provider openai) that builds the key points"
+    )
+    rounds: int = Field(default=2, ge=1, description="extraction rounds per document")
+    filter: bool = Field(default=True, description="score each point, keep those >= threshold")
+    threshold: float = Field(default=0.7, ge=0, le=1)
+    decompose: bool = Field(default=False, description="also write sub-questions for retrieval")
+    on_check_failure: Literal["error", "unmerged"] = Field(
+        default="error",
+        description="when aggregation breaks the exactly-one rule after a repair: fail the "
+        "question, or keep its points unmerged (exact duplicates removed)",
+    )
+
+
+class Long2ragGeneration(Strict):
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="LLM answer length (null = the model entry's max_tokens)"
+    )
+    max_words: int = Field(default=300, ge=1, description="answer length of no-model baselines")
+    chunk_tokens: int = Field(default=128, ge=8, description="RAG chunk size, cl100k tokens")
+    chunk_overlap: int = Field(default=16, ge=0, description="tokens shared by adjacent chunks")
+    chunk_ranker: Literal["bm25", "dense"] = "bm25"
+
+    @model_validator(mode="after")
+    def _check(self) -> Long2ragGeneration:
+        if self.chunk_overlap >= self.chunk_tokens:
+            raise ValueError("chunk_overlap must be smaller than chunk_tokens")
+        return self
+
+
+LONG2RAG_SETTING_RE = re.compile(r"^(long_context|rag_[1-9][0-9]*)$")
+
+
+class Long2ragScoring(Strict):
+    neutral: Literal["not_entailed", "entailed"] = Field(
+        default="not_entailed", description="how a 'neutral' verdict counts (paper: inferred 0)"
+    )
+    length_buckets: list[int] = Field(
+        default=[8000, 16000, 25000, 32000],
+        description="upper edges (cl100k tokens of the 5 documents) of the input-length buckets",
+    )
+
+    @field_validator("length_buckets")
+    @classmethod
+    def _increasing(cls, edges: list[int]) -> list[int]:
+        if any(b <= a for a, b in itertools.pairwise(edges)) or any(e <= 0 for e in edges):
+            raise ValueError(f"length_buckets must be positive and increasing, got {edges}")
+        return edges
+
+
+class Long2ragParams(Strict):
+    # `summhay` derives the offline dataset from data/summhay; or the path of your JSONL file.
+    source: str = "summhay"
+    n_documents: int = Field(default=5, ge=1, description="documents per question")
+    derived: Long2ragDerived = Long2ragDerived()
+    construction: Long2ragConstruct = Long2ragConstruct()
+    settings: list[str] = Field(
+        default=["long_context", "rag_512", "rag_1024", "rag_2048"], min_length=1
+    )
+    generation: Long2ragGeneration = Long2ragGeneration()
+    prompts: Long2ragPrompts = Long2ragPrompts()
+    models: list[str] = Field(min_length=1)
+    judges: list[str] = Field(min_length=1)
+    scoring: Long2ragScoring = Long2ragScoring()
+
+    @model_validator(mode="after")
+    def _check(self) -> Long2ragParams:
+        for s in self.settings:
+            if not LONG2RAG_SETTING_RE.match(s):
+                raise ValueError(f"unknown setting {s!r}; use long_context or rag_<budget tokens>")
+        for label, names in (
+            ("settings", self.settings),
+            ("models", self.models),
+            ("judges", self.judges),
+        ):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{label} lists a name twice: {names}")
+        return self
+
+
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -198,6 +342,7 @@ class Params(Strict):
     models: dict[str, ModelSpec]
     judges: dict[str, JudgeSpec]
     summhay: SummhayParams
+    long2rag: Long2ragParams | None = None
 
     @field_validator("env_passthrough")
     @classmethod
@@ -222,6 +367,29 @@ class Params(Strict):
         for j in self.summhay.judges:
             if j not in self.judges:
                 raise ValueError(f"summhay.judges names {j!r}, which is not defined under judges")
+        if self.long2rag is not None:
+            l2 = self.long2rag
+            for m in l2.models:
+                if m not in self.models:
+                    raise ValueError(
+                        f"long2rag.models names {m!r}, which is not defined under models"
+                    )
+                if self.models[m].provider == "published":
+                    raise ValueError(f"long2rag.models: {m!r} replays SummHay outputs")
+            for j in l2.judges:
+                if j not in self.judges:
+                    raise ValueError(
+                        f"long2rag.judges names {j!r}, which is not defined under judges"
+                    )
+                if self.judges[j].provider == "published":
+                    raise ValueError(f"long2rag.judges: {j!r} replays SummHay judgements")
+            llm = l2.construction.llm
+            if llm is not None and (
+                llm not in self.judges or self.judges[llm].provider != "openai"
+            ):
+                raise ValueError(
+                    f"long2rag.construction.llm names {llm!r}, which is not an openai judges entry"
+                )
         return self
 
 

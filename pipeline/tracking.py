@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,8 @@ class RunSpec:
     params: dict[str, str]
     tags: dict[str, str]
     artifacts: dict[str, list[dict[str, Any]] | dict[str, Any]]
+    # Files logged as they are (e.g. a PNG plot); not part of the fingerprint.
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
@@ -152,6 +154,8 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
                     path.write_text(
                         json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8"
                     )
+            for fname, data in spec.files.items():
+                (Path(tmp) / fname).write_bytes(data)
             client.log_artifacts(run_id, tmp)
         client.set_terminated(run_id, "FINISHED")
         report.created += 1

@@ -9,6 +9,7 @@ from pipeline.errors import ConfigError
 
 _REGISTRY = {
     "summhay": "pipeline.benchmarks.summhay",
+    "long2rag": "pipeline.benchmarks.long2rag",
 }
 
 

@@ -1,0 +1,220 @@
+"""Long²RAG generation: contexts for both settings of the paper, answers per model provider.
+
+Settings (`long2rag.settings`):
+- `long_context`: all the question's documents, whole, in dataset order (the paper's "N/A").
+- `rag_<B>` (default 512, 1024, 2048): standard RAG. Each document is cut into chunks of
+  `generation.chunk_tokens` cl100k_base tokens (default 128) with `chunk_overlap` (16) tokens
+  shared by neighbours; all chunks of the question's documents are ranked against the question
+  by BM25 (`chunk_ranker: bm25`, pipeline.retrieval.bm25) or MiniLM (`dense`); the best are taken
+  until the next would pass B tokens (chunk lengths summed, overlaps counted twice, so the context
+  never holds more than B document tokens). The chosen chunks are shown per document, in document
+  order, adjacent chunks joined. (The paper's "trunk size" is a per-document character cut whose
+  exact meaning it leaves open; this is the issue's chunk-and-pack reading.)
+
+Every context shows documents as "Document <n>" blocks with their title when known.
+
+Providers (one function per provider in `PROVIDERS`):
+- `openai`: the prompt `prompts.generate` through `pipeline.llm` (cache + journal), answer length
+  `generation.max_tokens` (null: the model entry's max_tokens).
+- `long2rag-lead`: no model: the leading sentences of the context's documents taken in turn
+  (sentence 1 of each document, then sentence 2, ...) up to `generation.max_words` words.
+- `baseline` (pipeline/baselines.py, when present): `method` of the entry names a function
+  (query, documents) -> text; its answer is cut to `generation.max_words` words.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.benchmarks.long2rag.schema import Question
+from pipeline.config import Long2ragGeneration
+from pipeline.errors import ConfigError
+from pipeline.prompts import Prompt
+
+log = logging.getLogger(__name__)
+
+LONG_CONTEXT = "long_context"
+DOC_SEPARATOR = "\n\n"
+CHUNK_JOIN = " [...] "
+
+
+@dataclass(frozen=True)
+class Chunk:
+    doc_index: int
+    start: int  # token offsets in the document
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Context:
+    setting: str
+    documents: list[tuple[str, str | None, str]]  # (doc_id, title, text shown)
+    n_tokens: int  # document tokens shown (chunk sums for RAG)
+    chunks: list[tuple[str, int, int]]  # (doc_id, start, end) of RAG chunks, [] in long context
+
+    def render(self) -> str:
+        blocks = []
+        for n, (_, title, text) in enumerate(self.documents, start=1):
+            head = f"Document {n}" + (f": {title}" if title else "")
+            blocks.append(f"{head}\n{text}")
+        return DOC_SEPARATOR.join(blocks)
+
+
+def rag_budget(setting: str) -> int | None:
+    if setting == LONG_CONTEXT:
+        return None
+    m = re.fullmatch(r"rag_([1-9][0-9]*)", setting)
+    if not m:
+        raise ConfigError(f"long2rag.settings: unknown setting {setting!r}")
+    return int(m.group(1))
+
+
+def chunk_document(doc_index: int, text: str, size: int, overlap: int) -> list[Chunk]:
+    """Consecutive windows of `size` tokens, each starting `size - overlap` after the last."""
+    from pipeline.retrieval.tokens import get_encoding
+
+    enc = get_encoding()
+    ids = enc.encode_ordinary(text)
+    step = size - overlap
+    out = []
+    start = 0
+    while True:
+        end = min(start + size, len(ids))
+        out.append(Chunk(doc_index, start, end, enc.decode(ids[start:end])))
+        if end >= len(ids):
+            return out
+        start += step
+
+
+def _scores(query: str, texts: Sequence[str], ranker: str) -> list[float]:
+    if ranker == "bm25":
+        from pipeline.retrieval.bm25 import bm25_scores
+
+        return bm25_scores(query, texts)
+    from pipeline.retrieval.dense import dense_scores
+
+    return dense_scores(query, texts, whole_document=False)
+
+
+def build_context(q: Question, setting: str, cfg: Long2ragGeneration) -> Context:
+    budget = rag_budget(setting)
+    if budget is None:
+        from pipeline.retrieval.tokens import count_tokens_batch
+
+        texts = [d.text for d in q.documents]
+        return Context(
+            setting,
+            [(d.doc_id, d.title, d.text) for d in q.documents],
+            sum(count_tokens_batch(texts)),
+            [],
+        )
+    from pipeline.retrieval.tokens import get_encoding
+
+    chunks = [
+        c
+        for i, d in enumerate(q.documents)
+        for c in chunk_document(i, d.text, cfg.chunk_tokens, cfg.chunk_overlap)
+    ]
+    scores = _scores(q.question, [c.text for c in chunks], cfg.chunk_ranker)
+    order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
+    chosen: list[Chunk] = []
+    used = 0
+    for i in order:
+        n = chunks[i].end - chunks[i].start
+        if used + n > budget:
+            continue
+        chosen.append(chunks[i])
+        used += n
+    enc = get_encoding()
+    shown = []
+    for di, d in enumerate(q.documents):
+        spans = sorted((c.start, c.end) for c in chosen if c.doc_index == di)
+        if not spans:
+            continue
+        merged: list[list[int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        ids = enc.encode_ordinary(d.text)
+        text = CHUNK_JOIN.join(enc.decode(ids[a:b]).strip() for a, b in merged)
+        shown.append((d.doc_id, d.title, text))
+    return Context(
+        setting,
+        shown,
+        used,
+        [(q.documents[c.doc_index].doc_id, c.start, c.end) for c in chosen],
+    )
+
+
+# ---------------------------------------------------------------- no-model answers
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def cut_words(text: str, max_words: int) -> str:
+    words = text.split()
+    return text if len(words) <= max_words else " ".join(words[:max_words])
+
+
+def lead_answer(documents: Sequence[str], max_words: int) -> str:
+    """Sentence 1 of every document, then sentence 2 of every document, ... up to max_words
+    words (the sentence that would pass the limit is cut at it)."""
+    per_doc = [sentences(d) for d in documents]
+    out: list[str] = []
+    n_words = 0
+    for k in range(max((len(s) for s in per_doc), default=0)):
+        for ss in per_doc:
+            if k >= len(ss):
+                continue
+            words = ss[k].split()
+            room = max_words - n_words
+            if room <= 0:
+                return " ".join(out)
+            take = words[:room]
+            out.append(" ".join(take))
+            n_words += len(take)
+    return " ".join(out)
+
+
+AnswerFn = Callable[[Any, str, list[str], Long2ragGeneration], str]
+
+
+def _lead(spec: Any, question: str, documents: list[str], cfg: Long2ragGeneration) -> str:
+    return lead_answer(documents, cfg.max_words)
+
+
+def _baseline(spec: Any, question: str, documents: list[str], cfg: Long2ragGeneration) -> str:
+    mod = importlib.import_module("pipeline.baselines")
+    method = getattr(spec, "method", None)
+    fn = getattr(mod, str(method), None) if method else None
+    if not callable(fn):
+        raise ConfigError(f"baseline method {method!r} is not a function of pipeline.baselines")
+    return cut_words(str(fn(question, documents)), cfg.max_words)
+
+
+# Providers that answer without a model, in this process.
+LOCAL_PROVIDERS: dict[str, AnswerFn] = {"long2rag-lead": _lead, "baseline": _baseline}
+
+
+def render_prompt(prompt: Prompt, q: Question, ctx: Context) -> str:
+    return prompt.render(question=q.question, documents=ctx.render())
+
+
+def context_meta(ctx: Context) -> dict[str, Any]:
+    return {
+        "context_tokens": ctx.n_tokens,
+        "context_docs": [d for d, _, _ in ctx.documents],
+        "chunks": [list(c) for c in ctx.chunks],
+    }

@@ -1,0 +1,89 @@
+"""The Long²RAG Markdown report and the "KPR by domain and category" plot."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def render(rows: Sequence[dict[str, Any]], agreement: Sequence[dict[str, Any]], note: str) -> str:
+    lines = ["# Long²RAG: Key Point Recall", "", note, ""]
+    lines += [
+        "| System | Setting | Judge | KPR | Questions | Key points | Excluded (no key points)"
+        " | Unjudged | Invalid verdicts | Failed generations |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['system']} | {r['setting']} | {r['judge']} | {_f(r['kpr'])} |"
+            f" {r['n_questions']} | {r['n_key_points']} | {r['n_excluded_questions']} |"
+            f" {r['n_unjudged_questions']} | {r['invalid_verdicts']} | {r['failed_generations']} |"
+        )
+    for section, title in (
+        ("by_domain", "domain"),
+        ("by_category", "category"),
+        ("by_length", "input length (cl100k tokens of the documents)"),
+    ):
+        groups: list[str] = []
+        for r in rows:
+            groups += [g for g in r[section] if g not in groups]
+        if not groups:
+            continue
+        lines += ["", f"## KPR by {title}", ""]
+        lines.append("| System | Setting | Judge | " + " | ".join(groups) + " |")
+        lines.append("|---|---|---|" + "---|" * len(groups))
+        for r in rows:
+            cells = [
+                f"{_f(r[section][g]['kpr'])} (n={r[section][g]['n_questions']})"
+                if g in r[section]
+                else "-"
+                for g in groups
+            ]
+            lines.append(
+                f"| {r['system']} | {r['setting']} | {r['judge']} | " + " | ".join(cells) + " |"
+            )
+    if agreement:
+        lines += [
+            "",
+            "## Judge agreement (free-marginal kappa)",
+            "",
+            "| Model | Judge A | Judge B | units | kappa (entailed or not)"
+            " | kappa (yes/no/neutral) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for a in agreement:
+            lines.append(
+                f"| {a['model']} | {a['judge_a']} | {a['judge_b']} | {a['n_units_binary']} |"
+                f" {_f(a['kappa_free_binary'])} | {_f(a['kappa_free_three_way'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot_png(row: dict[str, Any]) -> bytes:
+    """A bar chart of one row's KPR by domain and by category, as PNG bytes (deterministic)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sections = [("domain", row["by_domain"]), ("category", row["by_category"])]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 2]})
+    for ax, (name, groups) in zip(axes, sections, strict=True):
+        labels = list(groups)
+        values = [groups[g]["kpr"] or 0.0 for g in labels]
+        ax.bar(range(len(labels)), values, color="#4c72b0")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels([lb[:28] for lb in labels], rotation=45, ha="right", fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"KPR by {name}")
+    fig.suptitle(f"{row['system']} / {row['setting']} / judge {row['judge']}", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
