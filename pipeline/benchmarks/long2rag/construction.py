@@ -350,6 +350,8 @@ def construct_key_points(
             kps.append(KeyPoint(kp_id=f"kp{k}", text=text, doc_id=docs[0], support=docs))
         merged[item] = kps
 
+    n_merged = {item: len(kps) for item, kps in merged.items()}
+
     # filter
     if cfg.filter:
         asks = [
@@ -386,6 +388,7 @@ def construct_key_points(
                 **s.q.meta,
                 "constructed_by": llm_name,
                 "extracted_points": n_extracted,
+                "merged_points": n_merged.get(s.q.item_id, 0),
                 "kept_points": len(merged[s.q.item_id]),
             }
             s.q = s.q.model_copy(update={"key_points": merged[s.q.item_id], "meta": meta})
