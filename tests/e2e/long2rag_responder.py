@@ -47,6 +47,8 @@ def _first_user(body: dict[str, Any]) -> str:
 def _extract(task: str) -> str:
     doc = task.split("\n\nDocument ", 1)[1].split(":\n", 1)[1]
     doc = doc.split("\n\nKey points already found", 1)[0]
+    if doc.startswith("Title: "):
+        doc = doc.split("\n", 1)[1]
     found_block = task.split("(do not repeat them or rephrase them; add only what they miss):\n")[1]
     found = [
         ln[2:] for ln in found_block.split("\n\nReply", 1)[0].splitlines() if ln.startswith("- ")

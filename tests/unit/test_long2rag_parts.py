@@ -75,7 +75,7 @@ def test_loader_rejects_duplicate_ids_and_bad_json(tmp_path: Path) -> None:
         load_questions(_write(tmp_path, _record(), _record()))
     p = tmp_path / "bad.jsonl"
     p.write_text('{"item_id": \n', encoding="utf-8")
-    with pytest.raises(DataError, match="bad.jsonl:1.*not valid JSON"):
+    with pytest.raises(DataError, match=r"bad\.jsonl:1.*not valid JSON"):
         load_questions(p)
 
 
@@ -93,7 +93,9 @@ def test_exactly_once_check_names_missing_and_doubled_points() -> None:
 
 
 def test_parse_aggregation() -> None:
-    ok = json.dumps({"key_points": [{"text": "A", "sources": [2, 1]}, {"text": "B", "sources": [3]}]})
+    ok = json.dumps(
+        {"key_points": [{"text": "A", "sources": [2, 1]}, {"text": "B", "sources": [3]}]}
+    )
     assert construction.parse_aggregation(ok, 3) == [("A", [2, 1]), ("B", [3])]
     with pytest.raises(ParseError, match="no merged point"):
         construction.parse_aggregation(ok, 4)
@@ -190,7 +192,9 @@ def test_local_adapter_maps_coverage_to_entailment() -> None:
 
 def test_local_adapter_rejects_a_judge_that_miscounts() -> None:
     class Short:
-        def judge_many(self, cases: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[list[_V]]:
+        def judge_many(
+            self, cases: Sequence[tuple[Sequence[str], Sequence[str]]]
+        ) -> list[list[_V]]:
             return [[] for _ in cases]
 
     with pytest.raises(ValueError, match="0 verdicts for 1 key points"):

@@ -159,7 +159,11 @@ def test_build_rows_from_records() -> None:
         if g.status == "ok"
     ]
     rows, details = build_rows(
-        dataset, [Run("m", "j", gens, js)], {"q1": 100, "q2": 9000, "q4": 10}, [8000], "not_entailed"
+        dataset,
+        [Run("m", "j", gens, js)],
+        {"q1": 100, "q2": 9000, "q4": 10},
+        [8000],
+        "not_entailed",
     )
     by_setting = {r["setting"]: r for r in rows}
     lc = by_setting["long_context"]

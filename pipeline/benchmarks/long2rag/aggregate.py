@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline.benchmarks.long2rag.schema import Question
 from pipeline.benchmarks.long2rag.scoring import (
+    LABELS,
     QuestionVerdicts,
     breakdown,
     bucket_order,
@@ -18,6 +19,7 @@ from pipeline.benchmarks.long2rag.scoring import (
 from pipeline.records import Generation, Judgement
 
 BENCHMARK = "long2rag"
+ENTAILMENT_CATEGORIES = ("entailed", "not_entailed")
 ROW_KEYS = (
     "benchmark",
     "system",
@@ -121,7 +123,7 @@ def build_rows(
 def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
     """Free-marginal (Randolph) kappa between every two judges of the same model, over the
     (answer, key point) units both judged: on the binary entailment decision (k = 2) and on the
-    three verdicts (k = 3)."""
+    three verdicts (k = 3). Between two samples of one judge, pass the two samples' runs."""
     from pipeline.metrics.agreement import randolph_kappa
 
     def units(run: Run) -> dict[tuple[str, str], str | None]:
@@ -142,11 +144,14 @@ def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
                 "judge_a": a.judge,
                 "judge_b": b.judge,
             }
-            for name, mode, k in (("binary", neutral, 2), ("three_way", None, 3)):
+            for name, mode, cats in (
+                ("binary", neutral, ENTAILMENT_CATEGORIES),
+                ("three_way", None, LABELS),
+            ):
                 pairs = paired_ratings(ua, ub, mode)
                 row[f"n_units_{name}"] = len(pairs)
                 row[f"kappa_free_{name}"] = (
-                    randolph_kappa([list(p) for p in pairs], n_categories=k) if pairs else None
+                    randolph_kappa([list(p) for p in pairs], categories=cats) if pairs else None
                 )
             out.append(row)
     return out
