@@ -366,15 +366,15 @@ def image_build(out: Path, params_path: Path, base: str | None, tag: str, no_cac
 )
 def track(benchmark: str, params_path: Path) -> None:
     """Re-log the MLflow runs of a benchmark from its outputs (e.g. after `dvc pull`)."""
-    if benchmark != "summhay":
+    if benchmark not in ("summhay", "long2rag"):
         raise LfbenchError(f"no tracking for benchmark {benchmark!r} yet")
     # The outputs are recomputed (deterministically) into a scratch folder: only MLflow changes.
     with tempfile.TemporaryDirectory() as tmp:
         registry.get(benchmark).aggregate(
             load_params(params_path),
-            Path("datasets/summhay.jsonl"),
-            Path("generations/summhay"),
-            Path("judgements/summhay"),
+            Path(f"datasets/{benchmark}.jsonl"),
+            Path(f"generations/{benchmark}"),
+            Path(f"judgements/{benchmark}"),
             Path(tmp) / "metrics.json",
             Path(tmp) / "summary.json",
             Path(tmp) / "report.md",

@@ -285,3 +285,52 @@ def test_derived_questions_from_a_mini_haystack(haystack: dict[str, Any]) -> Non
     (q1_top1, _) = derived.questions_from_haystack(hay, n_documents=1, retriever="bm25")
     assert [k.kp_id for k in q1_top1.key_points] == ["i1"]
     assert q1_top1.meta["insights_in_haystack"] == 2
+
+
+# ---------------------------------------------------------------- params
+
+
+def _params(**l2: Any) -> dict[str, Any]:
+    import yaml
+
+    raw: dict[str, Any] = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
+    raw["long2rag"].update(l2)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"settings": ["long_context", "rag_big"]}, "unknown setting 'rag_big'"),
+        ({"models": ["published"]}, "replays SummHay outputs"),
+        ({"judges": ["nope"]}, "not defined under judges"),
+        ({"construction": {"llm": "l2r-overlap"}}, "not an openai judges entry"),
+        ({"scoring": {"length_buckets": [16000, 8000]}}, "positive and increasing"),
+        ({"generation": {"chunk_tokens": 16, "chunk_overlap": 16}}, "chunk_overlap"),
+    ],
+)
+def test_params_are_checked(over: dict[str, Any], message: str) -> None:
+    from pydantic import ValidationError
+
+    from pipeline.config import Params
+
+    Params.model_validate(_params())  # the shipped params are valid
+    with pytest.raises(ValidationError, match=message):
+        Params.model_validate(_params(**over))
+
+
+def test_plot_bytes_are_deterministic() -> None:
+    from pipeline.benchmarks.long2rag.report import plot_png
+
+    row = {
+        "system": "s",
+        "setting": "rag_512",
+        "judge": "j",
+        "by_domain": {"news": {"kpr": 0.5, "n_questions": 2}},
+        "by_category": {
+            "c1": {"kpr": None, "n_questions": 0},
+            "c2": {"kpr": 1.0, "n_questions": 1},
+        },
+    }
+    png = plot_png(row)
+    assert png.startswith(b"\x89PNG") and png == plot_png(row)
