@@ -98,3 +98,20 @@ def respond(body: dict[str, Any]) -> str:
         firsts = [sentences(b.split("\n\nNow write", 1)[0])[0] for b in blocks if b.strip()]
         return " ".join(firsts)
     return "I do not know this task."
+
+
+def bad_merger(body: dict[str, Any]) -> str:
+    """Like `respond`, but every aggregation answer (repairs too) uses point 1 twice."""
+    task = _first_user(body)
+    if "Extracted points (JSON):" in task:
+        points = json.loads(task.split("Extracted points (JSON):\n", 1)[1].split("\n\nReply", 1)[0])
+        n = len(points)
+        return json.dumps(
+            {
+                "key_points": [
+                    {"text": "all", "sources": list(range(1, n + 1))},
+                    {"text": "again", "sources": [1]},
+                ]
+            }
+        )
+    return respond(body)
