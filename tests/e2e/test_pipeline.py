@@ -38,6 +38,9 @@ def _slice(params: dict[str, Any]) -> None:
     params["summhay"]["haystacks"] = SLICE["haystacks"]
     params["models"]["published"]["systems"] = SLICE["systems"]
     params["models"]["published"]["settings"] = SLICE["settings"]
+    params["long2rag"]["derived"]["haystacks"] = SLICE["haystacks"]
+    params["long2rag"]["derived"]["subtopics"] = 3
+    params["long2rag"]["settings"] = ["long_context", "rag_512"]
 
 
 def _commit(proj: Path, msg: str) -> None:
@@ -82,7 +85,14 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
         "summhay-generate@published",
         "summhay-judge@published-published-gpt-4o",
         "summhay-aggregate",
+        "long2rag-construct",
+        "long2rag-generate@l2r-lead",
+        "long2rag-judge@l2r-lead-l2r-overlap",
+        "long2rag-aggregate",
     }
+    l2r = json.loads((proj / "metrics" / "long2rag.json").read_text())["rows"]
+    assert {r["setting"] for r in l2r} == {"long_context", "rag_512"}
+    assert all(r["n_questions"] + r["n_excluded_questions"] == 3 for r in l2r)
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
     assert len(rows) == 4
     assert {(r["system"], r["setting"]) for r in rows} == {
