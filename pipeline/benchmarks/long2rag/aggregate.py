@@ -48,6 +48,13 @@ class Run:
     judgements: list[Judgement]
 
 
+def setting_order(setting: str) -> tuple[int, int, str]:
+    """long_context first, then the RAG budgets from small to large."""
+    if setting.startswith("rag_") and setting[4:].isdigit():
+        return (1, int(setting[4:]), setting)
+    return (0, 0, setting)
+
+
 def row_key(row: dict[str, Any]) -> tuple[str, ...]:
     return (row["system"], row["setting"], row["judge"], row["model"])
 
@@ -116,7 +123,7 @@ def build_rows(
             details[row_key(row)] = [
                 {"item_id": v.item_id, "labels": list(v.labels)} for v in verdicts
             ]
-    rows.sort(key=row_key)
+    rows.sort(key=lambda r: (r["system"], setting_order(r["setting"]), r["judge"], r["model"]))
     return rows, details
 
 
