@@ -53,7 +53,14 @@ def _configure(
         "max_retries": 6,
     }
     params["runtime"] = "local"
+    # keep the entries the default long2rag stages use, on a small slice
+    builtin_models = {k: v for k, v in params["models"].items() if v["provider"] == "long2rag-lead"}
+    builtin_judges = {
+        k: v for k, v in params["judges"].items() if v["provider"] == "long2rag-overlap"
+    }
+    params["long2rag"]["derived"].update(haystacks=["news1"], subtopics=1)
     params["models"] = {
+        **builtin_models,
         "tiny": {
             **endpoint,
             "model": "tiny-summarizer",
@@ -61,10 +68,10 @@ def _configure(
             "price_input_per_1m": 1.0,
             "price_output_per_1m": 2.0,
             **(model_extra or {}),
-        }
+        },
     }
     judges = judges or {"llm": {"mode": "per_insight"}, "llm-batch": {"mode": "batched"}}
-    params["judges"] = {
+    params["judges"] = builtin_judges | {
         name: {
             **endpoint,
             "model": "tiny-judge",
