@@ -75,6 +75,7 @@ def _params(proj: Path, runtime: str) -> None:
     params["summhay"]["haystacks"] = ["news1"]
     params["models"]["published"]["systems"] = ["gpt-4o"]
     params["models"]["published"]["settings"] = ["oracle", "full"]
+    params["long2rag"]["derived"].update(haystacks=["news1"], subtopics=2)
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     run(["git", "add", "-A"], proj)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", runtime], proj)
@@ -99,7 +100,13 @@ def test_docker_and_local_runs_give_identical_metrics(
     assert "runtime docker" in out.stderr
     run(["dvc", "repro"], local, {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"})
 
-    for rel in ("metrics/summhay.json", "metrics/summhay.summary.json", "reports/summhay.md"):
+    for rel in (
+        "metrics/summhay.json",
+        "metrics/summhay.summary.json",
+        "reports/summhay.md",
+        "metrics/long2rag.json",
+        "reports/long2rag.md",
+    ):
         assert (project / rel).read_bytes() == (local / rel).read_bytes(), rel
 
     image = json.loads((project / "build" / "image.json").read_text())
