@@ -176,3 +176,43 @@ def test_build_rows_from_records() -> None:
     rag = by_setting["rag_512"]
     assert rag["kpr"] is None and rag["failed_generations"] == 1 and rag["n_questions"] == 0
     assert len(details[("m", "long_context", "j", "m")]) == 3
+
+
+def test_agreement_rows_free_marginal_kappa_by_hand() -> None:
+    from pipeline.benchmarks.long2rag.aggregate import agreement_rows
+
+    def judgement(judge: str, labels: list[str | None]) -> Judgement:
+        return Judgement(
+            benchmark="long2rag",
+            generation_id="q1|long_context|m|0",
+            item_id="q1",
+            model="m",
+            system="m",
+            setting="long_context",
+            judge=judge,
+            judge_prompt_sha="s",
+            status="ok",
+            verdicts=[
+                Verdict(
+                    target_id=f"kp{k}", label=lab or "INVALID", status="ok" if lab else "invalid"
+                )
+                for k, lab in enumerate(labels, start=1)
+            ],
+        )
+
+    a = Run("m", "a", [], [judgement("a", ["yes", "no", "neutral", "yes", "yes"])])
+    b = Run("m", "b", [], [judgement("b", ["yes", "yes", "neutral", "no", None])])
+    other = Run("x", "c", [], [])
+    (row,) = agreement_rows([a, b, other], "not_entailed")
+    # 4 units judged by both (kp5 is invalid for b).
+    # three-way: agree on kp1, kp3 -> P_o = 2/4, P_e = 1/3 -> (1/2 - 1/3) / (2/3) = 0.25
+    assert row["n_units_three_way"] == 4
+    assert row["kappa_free_three_way"] == pytest.approx(0.25)
+    # binary (neutral = not entailed): a = E N N E, b = E E N N -> P_o = 2/4, P_e = 1/2 -> 0
+    assert row["kappa_free_binary"] == pytest.approx(0.0)
+    # neutral counted as entailed: a = E N E E, b = E E E N -> P_o = 2/4 -> 0 as well;
+    # with kp2 agreeing instead, P_o = 3/4 -> (3/4 - 1/2) / (1/2) = 0.5
+    b2 = Run("m", "b", [], [judgement("b", ["yes", "no", "neutral", "no", None])])
+    (row2,) = agreement_rows([a, b2], "entailed")
+    assert row2["kappa_free_binary"] == pytest.approx(0.5)
+    assert row2["kappa_free_three_way"] == pytest.approx((3 / 4 - 1 / 3) / (2 / 3))
