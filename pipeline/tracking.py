@@ -13,10 +13,11 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,7 @@ class RunSpec:
     params: dict[str, str]
     tags: dict[str, str]
     artifacts: dict[str, list[dict[str, Any]] | dict[str, Any]]
-    # Files logged as they are (e.g. a PNG plot); not part of the fingerprint.
-    files: dict[str, bytes] = field(default_factory=dict)
+    files: Sequence[Path] = ()  # files logged as they are (plots, reports)
 
 
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
@@ -154,8 +154,8 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
                     path.write_text(
                         json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8"
                     )
-            for fname, data in spec.files.items():
-                (Path(tmp) / fname).write_bytes(data)
+            for f in spec.files:
+                shutil.copyfile(f, Path(tmp) / f.name)
             client.log_artifacts(run_id, tmp)
         client.set_terminated(run_id, "FINISHED")
         report.created += 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
@@ -188,7 +188,7 @@ class Interval:
 
 def bootstrap_ci(
     statistic: Callable[..., float],
-    *columns: Sequence[object],
+    *columns: Any,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,

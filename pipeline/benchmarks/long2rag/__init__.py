@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ NAME = "long2rag"
 # Bump when a prompt, parser or metric of this benchmark changes meaning.
 VERSION = "1"
 CONSTRUCT_STAGE = "long2rag-construct"
+PLOT_NAME = "kpr_by_domain_and_category.png"
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +500,10 @@ def aggregate(
     report_path: Path,
     root: Path,
     track: bool = True,
+    agreement_path: Path | None = None,
 ) -> list[dict[str, Any]]:
+    """Judgements -> rows, report and MLflow runs. `agreement_path` is accepted for the CLI's
+    sake and unused: there are no human labels for Long²RAG judges (yet)."""
     l2 = _l2(params)
     dataset = load_dataset(dataset_path)
     runs = []
@@ -622,9 +627,31 @@ def log_to_mlflow(
     usage: dict[tuple[str, str, str], dict[str, float]] | None = None,
 ) -> SyncReport:
     usage = usage or {}
+    with tempfile.TemporaryDirectory() as tmp:
+        return sync(
+            NAME,
+            _run_specs(params, rows, details, prompt_shas, dataset_path, root, usage, Path(tmp)),
+            root,
+        )
+
+
+def _run_specs(
+    params: Params,
+    rows: list[dict[str, Any]],
+    details: dict[tuple[str, ...], list[dict[str, Any]]],
+    prompt_shas: dict[tuple[str, str], list[str]],
+    dataset_path: Path,
+    root: Path,
+    usage: dict[tuple[str, str, str], dict[str, float]],
+    tmp: Path,
+) -> list[RunSpec]:
+    """One MLflow run per row; each row's plot is written under `tmp` (one folder per row)."""
     specs = []
-    for row in rows:
+    for n, row in enumerate(rows):
         key = _row_key(row)
+        plot = tmp / str(n) / PLOT_NAME
+        plot.parent.mkdir(parents=True)
+        plot.write_bytes(plot_png(row))
         metrics = row_metrics(row)
         for stage, u in (
             ("generate", usage.get(("generate", row["model"], ""), {})),
@@ -646,10 +673,10 @@ def log_to_mlflow(
                     ",".join(prompt_shas.get((row["model"], ""), [])) or "none",
                 ),
                 artifacts={"questions.jsonl": details[key], "row.json": row},
-                files={"kpr_by_domain_and_category.png": plot_png(row)},
+                files=[plot],
             )
         )
-    return sync(NAME, specs, root)
+    return specs
 
 
 __all__ = ["NAME", "VERSION", "aggregate", "construct", "generate", "judge"]
