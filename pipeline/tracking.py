@@ -97,7 +97,9 @@ class RunSpec:
     metrics: dict[str, float]
     params: dict[str, str]
     tags: dict[str, str]
-    artifacts: dict[str, list[dict[str, Any]] | dict[str, Any]]
+    # name -> JSON lines (list), a JSON document (dict) or raw bytes (e.g. a PNG plot); a name
+    # may hold a folder ("plots/joint.png").
+    artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes]
 
 
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
@@ -143,7 +145,10 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
         with tempfile.TemporaryDirectory() as tmp:
             for fname, payload in spec.artifacts.items():
                 path = Path(tmp) / fname
-                if isinstance(payload, list):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(payload, bytes):
+                    path.write_bytes(payload)
+                elif isinstance(payload, list):
                     path.write_text(
                         "".join(json.dumps(r, sort_keys=True) + "\n" for r in payload),
                         encoding="utf-8",
