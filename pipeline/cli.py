@@ -400,6 +400,9 @@ def ui(host: str, port: int) -> None:
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     argv += ["--host", host, "--port", str(port), "--workers", "1"]
     log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, uri)
+    # No usage reports leave the machine (MLflow's own switches).
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
     os.execv(sys.executable, argv)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,13 @@ from pipeline.errors import DataError, LfbenchError
 from pipeline.metrics.bootstrap import paired_bootstrap
 
 # Tags that say how a run was recorded rather than what it is.
-_BOOKKEEPING = ("mlflow.", "lfbench.current", "lfbench.superseded_by", "lfbench.fingerprint")
+_BOOKKEEPING = (
+    "mlflow.",
+    "lfbench.current",
+    "lfbench.superseded_by",
+    "lfbench.fingerprint",
+    "lfbench.row_key",
+)
 
 
 def _insight_parts(rec: Mapping[str, Any], where: str) -> dict[str, tuple[float, float]]:
@@ -105,6 +112,7 @@ def _diff(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, list[str | No
 
 
 def _judgements(client: Any, run_id: str) -> list[dict[str, Any]] | None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     names = {f.path for f in client.list_artifacts(run_id)}
     if "judgements.jsonl" not in names:
         return None
@@ -195,7 +203,11 @@ def render_text(res: Mapping[str, Any]) -> str:
             f"seed {res['seed']}; delta = B - A"
         )
     lines.append(f"  {'metric':<28}{'A':>10}{'B':>10}{'delta':>10}{'95% CI':>22}{'p':>8}")
+    hidden = 0
     for k, m in res["metrics"].items():
+        if "p_value" not in m and m.get("a") == m.get("b"):
+            hidden += 1
+            continue
         ci = f"[{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if "ci_low" in m else ""
         p = f"{m['p_value']:.4f}" if "p_value" in m else ""
         star = " *" if m.get("significant") else ""
@@ -203,5 +215,7 @@ def render_text(res: Mapping[str, Any]) -> str:
             f"  {k:<28}{_f(m.get('a')):>10}{_f(m.get('b')):>10}{_f(m.get('delta')):>10}"
             f"{ci:>22}{p:>8}{star}"
         )
-    lines.append("* p < 0.05")
+    lines.append(
+        "* p < 0.05" + (f"; {hidden} other metrics are equal in both runs" if hidden else "")
+    )
     return "\n".join(lines) + "\n"

@@ -261,4 +261,6 @@ def build_report(root: Path, out_dir: Path, params_path: Path | None = None) -> 
         + "\n</body></html>\n"
     )
     atomic_write_text(html_path, page)
+    for p in (md_path, html_path):
+        p.chmod(0o644)  # a report is for sharing
     return html_path, md_path

@@ -57,14 +57,23 @@ def _client(root: Path) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
+# The MLflow UI opens an experiment of this kind on its runs table (metrics, params, tags),
+# not on the GenAI traces overview.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def _experiment_id(client: Any, name: str, root: Path) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if EXPERIMENT_KIND[0] not in exp.tags:
+            client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
         return str(exp.experiment_id)
     location = None
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         location = (root / "mlruns" / "artifacts" / name).resolve().as_uri()
-    return str(client.create_experiment(name, artifact_location=location))
+    return str(
+        client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
+    )
 
 
 def _current_runs(client: Any, experiment_id: str) -> dict[str, Any]:
