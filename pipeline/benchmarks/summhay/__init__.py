@@ -415,10 +415,12 @@ def aggregate(
                 )
         report = log_to_mlflow(params, rows, details, prompt_shas, dataset_path, root, usage)
         log.info(
-            "mlflow: %d runs created, %d unchanged (skipped), %d superseded",
+            "mlflow: %d runs created, %d unchanged (skipped), %d superseded, "
+            "%d with plots re-logged",
             report.created,
             report.skipped,
             report.superseded,
+            report.refreshed,
         )
     return rows
 
