@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT, run
+from tests.conftest import BIN, ROOT, run, tracked_files
 
 pytestmark = pytest.mark.slow
 
@@ -51,16 +51,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def ui_server(project: Path) -> Iterator[tuple[str, Path]]:
-    # Two systems of the release (20 runs) keep the store small; the pipeline is the real one.
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
+    """A project copy (as the `project` fixture makes) after `dvc repro` of two released
+    systems (20 runs keep the store small; the pipeline is the real one)."""
+    project = tmp_path_factory.mktemp("ui") / "proj"
+    for rel in tracked_files():
+        src = ROOT / rel
+        if not src.exists() or rel in ("dvc.lock", "metrics/summhay.json"):
+            continue
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, project / rel)
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["runtime"] = "local"
     params["models"]["published"]["systems"] = ["gpt-4o", "gemini-1.5-pro"]
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["git", "init", "-q"], project)
+    run(["git", "add", "-A"], project)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], project)
+    run(["lfbench", "data", "fetch", "--mirror", str(mirror)], project)
     start = time.monotonic()
     run(["dvc", "repro"], project)
     print(f"dvc repro: {time.monotonic() - start:.1f} s")
+    return project
+
+
+@pytest.fixture
+def ui_server(store: Path) -> Iterator[tuple[str, Path]]:
+    project = store
     port = _free_port()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -205,3 +223,44 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
     WebDriverWait(d, 60).until(rendered, "the plot image never rendered")
     d.save_screenshot(str(ARTIFACTS / "mlflow-ui-plot.png"))
     print(f"screenshots: {shot} and mlflow-ui-{{runs,metrics,plot}}.png beside it")
+
+
+def _run_id(project: Path, system: str, setting: str) -> str:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("summhay")
+    (r,) = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.`lfbench.current` = 'true' and params.system = '{system}' "
+        f"and params.setting = '{setting}'",
+    )
+    return str(r.info.run_id)
+
+
+def test_compare_two_real_runs(store: Path) -> None:
+    rows = json.loads((store / "metrics/summhay.json").read_text())["rows"]
+    cell = {(r["system"], r["setting"]): r for r in rows}
+    a, b = _run_id(store, "gpt-4o", "full"), _run_id(store, "gpt-4o", "oracle")
+    res = json.loads(run(["lfbench", "compare", a, b, "--json"], store).stdout)
+    assert res["params"] == {"setting": ["full", "oracle"]}
+    assert res["tags"]["setting"] == ["full", "oracle"] and "dataset.digest" not in res["tags"]
+    assert res["n_shared_items"] == 42 and res["resamples"] == 10_000
+    for m in ("coverage", "citation", "joint"):
+        got = res["metrics"][m]
+        ra, rb = cell[("gpt-4o", "full")][m], cell[("gpt-4o", "oracle")][m]
+        # all 42 subtopics are shared: the pooled scores are the rows' own numbers
+        assert got["pooled_a"] == pytest.approx(ra, abs=1e-5)
+        assert got["pooled_b"] == pytest.approx(rb, abs=1e-5)
+        assert got["ci_low"] <= got["paired_delta"] <= got["ci_high"]
+    # oracle context vs the whole haystack: Joint 16.3 -> 49.8, far outside resampling noise
+    assert res["metrics"]["joint"]["p_value"] < 0.001 and res["metrics"]["joint"]["ci_low"] > 20
+    # a run against itself: no difference, p = 1
+    same = json.loads(run(["lfbench", "compare", a, a, "--json"], store).stdout)
+    assert (
+        same["metrics"]["joint"]["paired_delta"] == 0 and same["metrics"]["joint"]["p_value"] == 1
+    )
+    text = run(["lfbench", "compare", a, b], store).stdout
+    assert "setting: full -> oracle" in text and "paired bootstrap over 42 shared items" in text
+    bad = run(["lfbench", "compare", a, "0" * 32], store, check=False)
+    assert bad.returncode == 2 and "not found" in bad.stderr
