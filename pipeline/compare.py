@@ -27,6 +27,7 @@ _BOOKKEEPING = (
     "lfbench.superseded_by",
     "lfbench.fingerprint",
     "lfbench.row_key",
+    "lfbench.plots_sha",
 )
 
 
