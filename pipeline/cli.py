@@ -5,6 +5,9 @@
     lfbench image build                    build the stages' image, write build/image.json
     lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
     lfbench track <benchmark>              (re)log MLflow runs from the metrics files
+    lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
+    lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
+    lfbench report [--out DIR]             one HTML + markdown report of the current results
 
 Every error about bad input is printed as one line naming the file, item and field, and the
 command exits with status 2; a stage whose items partly failed exits with status 3.
@@ -492,6 +495,69 @@ def track(benchmark: str, params_path: Path) -> None:
             Path("reports/agreement.png"),
             Path.cwd(),
         )
+
+
+# ---------------------------------------------------------------- sharing and comparing
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=int)
+def ui(host: str, port: int) -> None:
+    """Serve the MLflow UI on the project's store (mlruns/mlflow.db, or $MLFLOW_TRACKING_URI)."""
+    from pipeline.tracking import tracking_uri
+
+    uri = tracking_uri(Path.cwd())
+    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    argv += ["--host", host, "--port", str(port), "--workers", "1"]
+    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, uri)
+    # No usage reports leave the machine (MLflow's own switches).
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    os.execv(sys.executable, argv)
+
+
+@cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--resamples", default=10_000, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare(run_a: str, run_b: str, resamples: int, seed: int, as_json: bool) -> None:
+    """Compare two MLflow runs (ids): differing params and lineage, and each metric's delta
+    (B - A) with a 95% interval and p-value from a paired bootstrap over shared items."""
+    import json as _json
+
+    from pipeline.compare import compare_runs, render_text
+
+    res = compare_runs(Path.cwd(), run_a, run_b, resamples=resamples, seed=seed)
+    if as_json:
+        click.echo(_json.dumps(res, indent=2, sort_keys=True))
+    else:
+        click.echo(render_text(res), nl=False)
+
+
+@cli.command()
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Folder for report.html and report.md.",
+)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def report(out: Path, params_path: Path) -> None:
+    """One self-contained HTML (and markdown) report of the results in metrics/*.json."""
+    from pipeline.report import build_report
+
+    html_path, md_path = build_report(Path.cwd(), out, params_path)
+    click.echo(f"wrote {html_path} and {md_path}")
 
 
 from pipeline.llm.bench import bench as _bench_group  # noqa: E402

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,9 @@ ROW_KEY = "lfbench.row_key"
 FINGERPRINT = "lfbench.fingerprint"
 # Lineage that may change without changing what a result means (re-tagged, not re-logged).
 _VOLATILE = ("git.commit", "git.dirty")
+# Digests of artifacts drawn from several rows (a system's plot across settings): when one
+# changes without the run's own result changing, the artifacts are re-logged into the same run.
+_REFRESHED = ("lfbench.plots_sha",)
 
 
 def tracking_uri(root: Path) -> str:
@@ -47,6 +49,7 @@ class SyncReport:
     skipped: int = 0
     superseded: int = 0
     retagged: int = 0
+    refreshed: int = 0
 
 
 def _client(root: Path) -> Any:
@@ -58,14 +61,23 @@ def _client(root: Path) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
+# The MLflow UI opens an experiment of this kind on its runs table (metrics, params, tags),
+# not on the GenAI traces overview.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def _experiment_id(client: Any, name: str, root: Path) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if EXPERIMENT_KIND[0] not in exp.tags:
+            client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
         return str(exp.experiment_id)
     location = None
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         location = (root / "mlruns" / "artifacts" / name).resolve().as_uri()
-    return str(client.create_experiment(name, artifact_location=location))
+    return str(
+        client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
+    )
 
 
 def _current_runs(client: Any, experiment_id: str) -> dict[str, Any]:
@@ -86,7 +98,7 @@ def _current_runs(client: Any, experiment_id: str) -> dict[str, Any]:
 
 
 def fingerprint(metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
-    stable = {k: v for k, v in tags.items() if k not in _VOLATILE}
+    stable = {k: v for k, v in tags.items() if k not in _VOLATILE and k not in _REFRESHED}
     blob = canonical_json({"metrics": dict(metrics), "tags": stable})
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -98,7 +110,9 @@ class RunSpec:
     metrics: dict[str, float]
     params: dict[str, str]
     tags: dict[str, str]
-    artifacts: dict[str, list[dict[str, Any]] | dict[str, Any]]
+    # name -> JSON lines (list), a JSON document (dict) or raw bytes (e.g. a PNG plot); a name
+    # may hold a folder ("plots/joint.png").
+    artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes]
     files: Sequence[Path] = ()  # files logged as they are (plots, reports)
 
 
@@ -125,6 +139,17 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
                     old.info.run_id, tags=[RunTag(f"{k}.latest", v) for k, v in stale.items()]
                 )
                 report.retagged += 1
+            refresh = {
+                k: spec.tags[k]
+                for k in _REFRESHED
+                if k in spec.tags and old.data.tags.get(k) != spec.tags[k]
+            }
+            if refresh:
+                # Same result, new plots (another row of the plot changed): overwrite them.
+                binary = {n: b for n, b in spec.artifacts.items() if isinstance(b, bytes)}
+                _log_artifacts(client, old.info.run_id, binary)
+                client.log_batch(old.info.run_id, tags=[RunTag(k, v) for k, v in refresh.items()])
+                report.refreshed += 1
             report.skipped += 1
             continue
         tags = {
@@ -142,21 +167,11 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
             metrics=[Metric(k, float(v), now, 0) for k, v in sorted(spec.metrics.items())],
             params=[Param(k, v) for k, v in sorted(spec.params.items())],
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            for fname, payload in spec.artifacts.items():
-                path = Path(tmp) / fname
-                if isinstance(payload, list):
-                    path.write_text(
-                        "".join(json.dumps(r, sort_keys=True) + "\n" for r in payload),
-                        encoding="utf-8",
-                    )
-                else:
-                    path.write_text(
-                        json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-                    )
-            for f in spec.files:
-                shutil.copyfile(f, Path(tmp) / f.name)
-            client.log_artifacts(run_id, tmp)
+        _log_artifacts(
+            client,
+            run_id,
+            {**spec.artifacts, **{f.name: f.read_bytes() for f in spec.files}},
+        )
         client.set_terminated(run_id, "FINISHED")
         report.created += 1
         if old is not None:
@@ -164,3 +179,28 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
             client.set_tag(old.info.run_id, "lfbench.superseded_by", run_id)
             report.superseded += 1
     return report
+
+
+def _log_artifacts(
+    client: Any,
+    run_id: str,
+    artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes],
+) -> None:
+    if not artifacts:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for fname, payload in artifacts.items():
+            path = Path(tmp) / fname
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(payload, bytes):
+                path.write_bytes(payload)
+            elif isinstance(payload, list):
+                path.write_text(
+                    "".join(json.dumps(r, sort_keys=True) + "\n" for r in payload),
+                    encoding="utf-8",
+                )
+            else:
+                path.write_text(
+                    json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+                )
+        client.log_artifacts(run_id, tmp)

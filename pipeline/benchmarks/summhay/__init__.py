@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
 
-from pipeline import __version__
+from pipeline import __version__, plots
 from pipeline.benchmarks.summhay import generation, judging, published
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS, Run, build_rows, row_key
 from pipeline.benchmarks.summhay.report import render
@@ -435,10 +436,12 @@ def aggregate(
             params, rows, details, prompt_shas, dataset_path, root, usage, kappas
         )
         log.info(
-            "mlflow: %d runs created, %d unchanged (skipped), %d superseded",
+            "mlflow: %d runs created, %d unchanged (skipped), %d superseded, "
+            "%d with plots re-logged",
             report.created,
             report.skipped,
             report.superseded,
+            report.refreshed,
         )
     return rows
 
@@ -515,6 +518,46 @@ def lineage_tags(
     return tags
 
 
+def _plot_group(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row[k]) for k in ("domain", "judge", "mode", "model", "system"))
+
+
+def _plots_sha(plots: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(plots):
+        h.update(name.encode() + b"\0" + hashlib.sha256(plots[name]).digest())
+    return h.hexdigest()[:16]
+
+
+def summhay_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, bytes]]:
+    """The plots logged with each run, per (domain, judge, mode, model entry, system):
+    `plots/joint_by_setting.png` (the system's scores in each context setting) and, when the
+    system has whole-haystack orderings, `plots/position_sensitivity.png` (Joint with the
+    relevant documents at the top / middle / bottom of the context vs the default order, for
+    every system of that domain, judge and mode that has them)."""
+    by_group: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    by_view: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_group.setdefault(_plot_group(r), []).append(r)
+        by_view.setdefault(_plot_group(r)[:3], []).append(r)
+    position: dict[tuple[str, ...], tuple[set[str], bytes | None]] = {}
+    for view, vrows in by_view.items():
+        domain, judge_name, mode = view
+        systems = {t["system"] for t in plots.position_table(vrows)}
+        title = f"SummHay position sensitivity ({domain}, {judge_name}, {mode})"
+        position[view] = (systems, plots.position_sensitivity(vrows, title) if systems else None)
+    out: dict[tuple[str, ...], dict[str, bytes]] = {}
+    for group, grows in sorted(by_group.items()):
+        domain, judge_name, mode, _, system = group
+        title = f"SummHay {system} ({domain}, judge {judge_name}, {mode})"
+        files = {"plots/joint_by_setting.png": plots.joint_by_setting(grows, title)}
+        systems, png = position[group[:3]]
+        if png is not None and system in systems:
+            files["plots/position_sensitivity.png"] = png
+        out[group] = files
+    return out
+
+
 def log_to_mlflow(
     params: Params,
     rows: list[dict[str, Any]],
@@ -528,8 +571,10 @@ def log_to_mlflow(
     specs = []
     usage = usage or {}
     kappa_vs_human = kappa_vs_human or {}
+    plot_files = summhay_plots(rows)
     for row in rows:
         key = row_key(row)
+        row_plots = plot_files.get(_plot_group(row), {})
         sha = ",".join(prompt_shas.get((row["model"], row["judge"]), [])) or "none"
         metrics = {k: float(row[k]) for k in METRIC_KEYS if row[k] is not None}
         for stage, u in (
@@ -560,8 +605,8 @@ def log_to_mlflow(
                     for k in ("domain", "system", "setting", "judge", "mode", "model")
                 }
                 | {"partial_credit": str(params.summhay.scoring.partial_credit)},
-                tags=tags,
-                artifacts={"judgements.jsonl": details[key], "row.json": row},
+                tags=tags | {"lfbench.plots_sha": _plots_sha(row_plots)},
+                artifacts={"judgements.jsonl": details[key], "row.json": row, **row_plots},
             )
         )
     return sync(NAME, specs, root)
