@@ -21,7 +21,11 @@ from typing import Any
 import numpy as np
 from scipy.stats import pearsonr
 from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import cohen_kappa_score
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from pipeline.benchmarks.summhay.local_judge import (
     HUMAN_LABELS,
@@ -111,6 +115,29 @@ def main() -> None:
             c = 0.1 if name == "lr-c0.1" else 1.0
             model = fit(mt.x, mt.y, c=c, class_weight=cw)
             p_hum, p_held = model.proba(mu.x), model.proba(mh.x)
+        elif name.startswith("poly2"):
+            # Logistic regression on the features and their pairwise products.
+            poly = make_pipeline(
+                StandardScaler(), PolynomialFeatures(2, include_bias=False), StandardScaler()
+            )
+            xt = poly.fit_transform(mt.x)
+            cw = "balanced" if name == "poly2-balanced" else None
+            lr = LogisticRegression(C=1.0, class_weight=cw, max_iter=3000)
+            lr.fit(xt, mt.y)
+            p_hum, p_held = (
+                lr.predict_proba(poly.transform(mu.x)),
+                lr.predict_proba(poly.transform(mh.x)),
+            )
+        elif name == "mlp":
+            sc = StandardScaler().fit(mt.x)
+            mlp = MLPClassifier(
+                (64, 32), alpha=1e-3, max_iter=300, early_stopping=True, random_state=0
+            )
+            mlp.fit(sc.transform(mt.x), mt.y)
+            p_hum, p_held = (
+                mlp.predict_proba(sc.transform(mu.x)),
+                mlp.predict_proba(sc.transform(mh.x)),
+            )
         else:
             xt, xu, xh = mt.x, mu.x, mh.x
             if name == "hgb-pairs":
