@@ -13,6 +13,7 @@ stored *and* when it is computed, so a cache hit and a fresh computation give id
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,7 +80,16 @@ class EmbeddingCache:
         self._conn.close()
 
 
+ENV_CACHE = "LFBENCH_EMBEDDING_CACHE"
+
+
 def default_cache_path(root: Path | None = None) -> Path:
+    """`.lfbench/cache/embeddings.sqlite` of the project, or the file $LFBENCH_EMBEDDING_CACHE
+    names (to share one cache between copies of the project, e.g. in tests: its vectors are a
+    pure function of the text, so sharing cannot change a result)."""
+    override = os.environ.get(ENV_CACHE)
+    if override:
+        return Path(override)
     return (root or Path.cwd()) / ".lfbench" / "cache" / "embeddings.sqlite"
 
 

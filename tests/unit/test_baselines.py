@@ -95,3 +95,19 @@ def test_baseline_generations_on_a_haystack(
     bullets = extract_bullets(s1.text or "")
     assert len(bullets) == 2
     assert [extract_citations(b) for b in bullets] == [[1], [2]]
+
+
+def test_bad_baseline_entry_is_a_named_config_error(tmp_path: Path) -> None:
+    import pytest
+
+    from pipeline.config import load_params
+    from pipeline.errors import ConfigError
+
+    p = tmp_path / "params.yaml"
+    p.write_text(
+        "models:\n  lead: {provider: baseline, kind: abstractive}\n"
+        "judges:\n  local: {provider: local}\n"
+        "summhay: {models: [lead], judges: [local]}\n"
+    )
+    with pytest.raises(ConfigError, match=r"models\.lead.*kind"):
+        load_params(p)
