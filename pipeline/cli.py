@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,7 +27,7 @@ from pipeline.config import load_params, load_yaml
 from pipeline.errors import LfbenchError, StageFailed
 from pipeline.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
 
-STAGES = ("construct", "generate", "judge", "aggregate", "train-local-judge")
+STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-local-judge")
 log = logging.getLogger("lfbench")
 
 
@@ -253,6 +254,13 @@ def stage_train_local_judge(
 @click.option(
     "--track/--no-track", default=True, show_default=True, help="Log one MLflow run per result row."
 )
+@click.option(
+    "--agreement",
+    "agreement_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The agreement stage's metrics: adds judge.kappa_vs_human to each run.",
+)
 def stage_aggregate(
     benchmark: str,
     dataset: Path,
@@ -263,6 +271,7 @@ def stage_aggregate(
     report: Path,
     params_path: Path,
     track: bool,
+    agreement_path: Path | None,
 ) -> None:
     """Judgements -> metrics, report and MLflow runs."""
     registry.get(benchmark).aggregate(
@@ -275,7 +284,94 @@ def stage_aggregate(
         report,
         root=Path.cwd(),
         track=track,
+        agreement_path=agreement_path,
     )
+
+
+def _agreement_options(f):  # type: ignore[no-untyped-def]
+    for opt in reversed(
+        [
+            click.option("--benchmark", required=True, type=click.Choice(["summhay"])),
+            click.option(
+                "--labels",
+                type=click.Path(path_type=Path),
+                required=True,
+                help="The human labels (SummHay: eval_benchmark_data.json).",
+            ),
+            click.option("--out", type=click.Path(path_type=Path), required=True),
+            click.option(
+                "--judgements",
+                "judgements_dir",
+                type=click.Path(path_type=Path),
+                default=None,
+                help="The pipeline's judgements, for judge-vs-judge agreement.",
+            ),
+            click.option("--report", type=click.Path(path_type=Path), default=None),
+            click.option("--plot", type=click.Path(path_type=Path), default=None),
+            click.option(
+                "--project-judges/--published-only",
+                default=True,
+                show_default=True,
+                help="Also score the annotated summaries with the judges of params.yaml.",
+            ),
+            click.option(
+                "--track/--no-track", default=True, show_default=True, help="Log MLflow runs."
+            ),
+            click.option(
+                "--params",
+                "params_path",
+                type=click.Path(path_type=Path),
+                default=Path("params.yaml"),
+                show_default=True,
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+def _run_agreement(
+    benchmark: str,
+    labels: Path,
+    out: Path,
+    judgements_dir: Path | None,
+    report: Path | None,
+    plot: Path | None,
+    project_judges: bool,
+    track: bool,
+    params_path: Path,
+) -> None:
+    from pipeline.benchmarks.summhay import agreement
+
+    agreement.run(
+        _params(params_path),
+        labels,
+        out,
+        judgements_dir=judgements_dir,
+        report_path=report,
+        plot_path=plot,
+        root=Path.cwd(),
+        track=track,
+        project_judges=project_judges,
+    )
+
+
+@stage.command("agreement")
+@_agreement_options  # type: ignore[untyped-decorator]
+def stage_agreement(**kwargs: Any) -> None:
+    """Judges vs human labels (and vs each other) -> agreement rows, report, MLflow runs."""
+    _run_agreement(**kwargs)
+
+
+@cli.command("agreement")
+@_agreement_options  # type: ignore[untyped-decorator]
+def agreement_command(**kwargs: Any) -> None:
+    """How far each judge agrees with people: kappa, correlation, linking accuracy.
+
+    Writes {"rows": [...]}, one row per judge (and per pair of judges with --judgements).
+    Runs in this process; `lfbench run agreement` (the DVC stage) picks the runtime.
+    """
+    _run_agreement(**kwargs)
 
 
 @cli.command(
@@ -415,6 +511,21 @@ def track(benchmark: str, params_path: Path) -> None:
             Path(tmp) / "report.md",
             root=Path.cwd(),
             track=True,
+            agreement_path=Path("metrics/agreement.json"),
+        )
+    agreement_metrics = Path("metrics/agreement.json")
+    if agreement_metrics.exists():
+        from pipeline.benchmarks.summhay import agreement
+        from pipeline.io import read_json
+
+        rows = read_json(agreement_metrics)["rows"]
+        agreement.log_agreement(
+            load_params(params_path),
+            rows,
+            agreement.meta_of_rows(rows),
+            Path("data/summhay/eval_benchmark_data.json"),
+            Path("reports/agreement.png"),
+            Path.cwd(),
         )
 
 

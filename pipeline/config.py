@@ -136,6 +136,11 @@ class PublishedJudge(Strict):
 
     provider: Literal["published"]
     benchmark: Literal["summhay"] = "summhay"
+    agreement_proxy: str | None = Field(
+        default="prompted_gpt-4o",
+        description="a replayed judge cannot score the human-annotated summaries; its agreement "
+        "with people is that of these released predictions (the same judge model and prompt)",
+    )
 
 
 class OpenAIJudge(EndpointConfig):
@@ -214,6 +219,20 @@ class SummhayPrompts(Strict):
     judge_repair: str = "prompts/summhay/judge_repair.txt"
 
 
+class SummhayAgreement(Strict):
+    bootstrap_resamples: int = Field(
+        default=1000, ge=0, description="resamples for the 95% intervals (0: no intervals)"
+    )
+    judge_vs_judge: bool = Field(
+        default=True, description="also compare every two judges on the summaries both scored"
+    )
+    max_samples: int | None = Field(
+        default=None,
+        ge=1,
+        description="score only the first N annotated summaries (quick runs; null = all 200)",
+    )
+
+
 class SummhayParams(Strict):
     haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACKS), min_length=1)
     subtopics: int | None = Field(
@@ -226,6 +245,7 @@ class SummhayParams(Strict):
     models: list[str] = Field(min_length=1)
     judges: list[str] = Field(min_length=1)
     scoring: SummhayScoring = SummhayScoring()
+    agreement: SummhayAgreement = SummhayAgreement()
 
     @model_validator(mode="after")
     def _check(self) -> SummhayParams:

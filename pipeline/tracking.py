@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -98,6 +99,7 @@ class RunSpec:
     params: dict[str, str]
     tags: dict[str, str]
     artifacts: dict[str, list[dict[str, Any]] | dict[str, Any]]
+    files: Sequence[Path] = ()  # files logged as they are (plots, reports)
 
 
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
@@ -152,6 +154,8 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
                     path.write_text(
                         json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8"
                     )
+            for f in spec.files:
+                shutil.copyfile(f, Path(tmp) / f.name)
             client.log_artifacts(run_id, tmp)
         client.set_terminated(run_id, "FINISHED")
         report.created += 1

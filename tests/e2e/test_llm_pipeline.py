@@ -31,7 +31,8 @@ pytestmark = pytest.mark.slow
 FAKE_KEY = "sk-lfbench-FAKE-" + uuid.uuid4().hex
 KEY_ENV = "LFBENCH_TEST_API_KEY"
 RESPONDER = "tests.e2e.summhay_responder"
-HEAD = "prompt_head"  # the server log's field with the start of the last user message
+HEAD = "prompt_head"
+AGREEMENT_SAMPLES = 2  # the server log's field with the start of the last user message
 
 
 def _configure(
@@ -78,6 +79,8 @@ def _configure(
     params["summhay"]["subtopics"] = subtopics
     params["summhay"]["models"] = ["tiny"]
     params["summhay"]["judges"] = list(judges)
+    # The agreement stage scores the first annotated summaries with each judge too.
+    params["summhay"]["agreement"] = {"max_samples": AGREEMENT_SAMPLES, "bootstrap_resamples": 20}
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
 
 
@@ -139,8 +142,36 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     n_verdicts = sum(len(j["verdicts"]) for j in per_insight)
     assert n_verdicts == sum(len(j["verdicts"]) for j in batched) > 0
     # one call per (insight, summary) vs one per summary, and nothing else was sent
+    # ... plus the agreement stage: both judges on the first annotated summaries
+    labels = json.loads((project / "data/summhay/eval_benchmark_data.json").read_text())
+    annotated = labels[:AGREEMENT_SAMPLES]
+    n_agree = sum(len(x["reference_insights"]) for x in annotated)
     served = [r for r in requests if r["served"]]
-    assert len(served) == len(requests) == 4 + n_verdicts + 4
+    assert len(served) == len(requests) == 4 + n_verdicts + 4 + n_agree + AGREEMENT_SAMPLES
+
+    # agreement with people, recomputed from the scripted judge's labels
+    from sklearn.metrics import cohen_kappa_score
+
+    from tests.e2e.summhay_responder import _verdict
+
+    cls = {"FULL_COVERAGE": 2, "PARTIAL_COVERAGE": 1, "NO_COVERAGE": 0}
+    hum = {"fully_covered": 2, "partially_covered": 1, "not_covered": 0}
+    ours, theirs = [], []
+    for x in annotated:
+        text = {i["insight_id"]: i["insight"] for i in x["reference_insights"]}
+        for a in x["annotation"]:
+            ours.append(cls[_verdict(text[a["insight_id"]], len(x["summary"]))["coverage"]])
+            theirs.append(hum[a["coverage"]])
+    agreement = json.loads((project / "metrics/agreement.json").read_text())["rows"]
+    vs_human = {r["judge"]: r for r in agreement if r["reference"] == "human"}
+    for name in ("llm", "llm-batch"):
+        assert vs_human[name]["n"] == n_agree and vs_human[name]["source"] == "judged by lfbench"
+        assert vs_human[name]["cohen_kappa"] == pytest.approx(
+            cohen_kappa_score(ours, theirs, labels=[0, 1, 2])
+        )
+    [pair] = [r for r in agreement if r["reference"] not in ("human",)]
+    assert {pair["judge"], pair["reference"]} == {"llm", "llm-batch"}
+    assert pair["n"] == n_verdicts and pair["exact_agreement"] == 1.0  # the same scripted labels
 
     gen_usage = usage_first
     pi_usage = _usage(project / "judgements/summhay/tiny/llm.usage.json")

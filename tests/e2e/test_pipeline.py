@@ -40,6 +40,7 @@ def _slice(params: dict[str, Any]) -> None:
     params["models"]["published"]["settings"] = SLICE["settings"]
     params["summhay"]["models"] = ["published"]
     params["summhay"]["judges"] = ["published-gpt-4o"]
+    params["summhay"]["agreement"]["bootstrap_resamples"] = 50  # intervals: fast, still real
 
 
 def _commit(proj: Path, msg: str) -> None:
@@ -84,6 +85,7 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
         "summhay-construct",
         "summhay-generate@published",
         "summhay-judge@published-published-gpt-4o",
+        "summhay-agreement",
         "summhay-aggregate",
     }
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
@@ -122,6 +124,8 @@ def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
     data_md5 = yaml.safe_load((proj / "data.dvc").read_text())["outs"][0]["md5"]
     head = run(["git", "rev-parse", "HEAD"], proj).stdout.strip()
 
+    agreement = json.loads((proj / "metrics" / "agreement.json").read_text())["rows"]
+    [human] = [r for r in agreement if r["judge"] == "published-gpt-4o"]
     runs = _runs(proj)
     assert len(runs) == 4
     client = _client(proj)
@@ -158,6 +162,46 @@ def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
         lines = Path(local).read_text().splitlines()
         assert len(lines) == row["n_insights"] + row["n_invalid"]
         assert json.loads(lines[0])["item_id"].startswith("news1/")
+        # The judge's agreement with people rides along with every result it produced.
+        assert metrics["judge.kappa_vs_human"] == pytest.approx(human["cohen_kappa"])
+        assert tags["judge.kappa_vs_human"] == f"{human['cohen_kappa']:.3f}"
+
+
+def test_agreement_stage_rows_and_kappa_runs(repro: tuple[Path, str]) -> None:
+    """The default repro scores the judges against the 1,419 human labels and logs `kappa`."""
+    proj, _ = repro
+    rows = json.loads((proj / "metrics" / "agreement.json").read_text())["rows"]
+    by_judge = {r["judge"]: r for r in rows if r["reference"] == "human"}
+    assert set(by_judge) == {
+        "prompted_gpt-4o",
+        "prompted_claude3-haiku",
+        "prompted_claude3-opus",
+        "prompted_gemini-1.5-pro",
+        "prompted_gpt3.5",
+        "9fs_gpt-4o",
+        "published-gpt-4o",
+    }
+    for r in by_judge.values():
+        assert r["n"] == 1419
+        assert r["cohen_kappa_ci_low"] < r["cohen_kappa"] < r["cohen_kappa_ci_high"]
+    assert round(by_judge["prompted_gpt-4o"]["pearson"], 3) == 0.716
+    assert by_judge["published-gpt-4o"]["cohen_kappa"] == by_judge["prompted_gpt-4o"]["cohen_kappa"]
+    client = _client(proj)
+    exp = client.get_experiment_by_name("agreement")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`lfbench.current` = 'true'")
+    assert len(runs) == len(rows)
+    for mrun in runs:
+        row = by_judge[mrun.data.tags["judge.name"]]
+        assert mrun.data.metrics["kappa"] == pytest.approx(row["cohen_kappa"])
+        assert mrun.data.metrics["pearson"] == pytest.approx(row["pearson"])
+        assert mrun.data.tags["labels.digest"] == _md5(
+            proj / "data" / "summhay" / "eval_benchmark_data.json"
+        )
+        assert mrun.data.tags["dvc.stage"] == "summhay-agreement"
+        names = {a.path for a in client.list_artifacts(mrun.info.run_id)}
+        assert {"row.json", "agreement.png"} <= names
+    report = (proj / "reports" / "agreement.md").read_text()
+    assert "| prompted_gpt-4o | released predictions | 0.716" in report
 
 
 def test_rerunning_aggregate_does_not_duplicate_runs(repro: tuple[Path, str]) -> None:
@@ -191,6 +235,7 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
     out = run(["dvc", "repro"], proj)
     assert sorted(_ran(out.stdout)) == [
         "summhay-aggregate",
+        "summhay-agreement",  # its judge-vs-judge part reads every model's judgements
         "summhay-generate@gemini-oracle",
         "summhay-judge@gemini-oracle-published-gpt-4o",
     ]

@@ -13,6 +13,7 @@ from pipeline.benchmarks.summhay.aggregate import ROW_KEYS, Run, build_rows, row
 from pipeline.benchmarks.summhay.report import render
 from pipeline.benchmarks.summhay.schema import (
     Haystack,
+    Subtopic,
     haystack_file,
     load_raw_haystack,
     normalise,
@@ -290,14 +291,20 @@ def _judge_llm(
     dataset: list[Haystack],
     gens: list[Generation],
     root: Path,
+    *,
+    subs: dict[str, Subtopic] | None = None,
+    stage: str | None = None,
 ) -> tuple[list[Judgement], UsageReport]:
+    """Judge `gens` with an LLM. `subs` (item id -> subtopic) replaces the dataset's subtopics
+    and `stage` the journal's stage name, for judging outside the judge stage (agreement)."""
     p = params.summhay.prompts
     prompt = load_prompt(p.judge_batch if spec.mode == "batched" else p.judge_insight, root)
     repair = load_prompt(p.judge_repair, root)
     sha = combined_sha(prompt, repair)
     endpoint = spec.endpoint()
     resolve_api_key(endpoint, f"judges.{judge_name}")
-    subs = {s.item_id: s for h in dataset for s in h.subtopics}
+    if subs is None:
+        subs = {s.item_id: s for h in dataset for s in h.subtopics}
     fmt: dict[str, Any] | None = {"type": "json_object"} if spec.json_mode else None
 
     tasks: list[judging.Task] = []
@@ -316,7 +323,7 @@ def _judge_llm(
         for target, req in judging.first_requests(tasks[-1], sub, spec.mode, prompt, sha, fmt):
             first.append((len(tasks) - 1, target, req))
 
-    stage = judge_stage(model, judge_name)
+    stage = stage or judge_stage(model, judge_name)
     cache, journal = llm_paths(root, stage)
     results, report = run_chat_sync(
         endpoint, [r for _, _, r in first], cache_path=cache, journal_path=journal, label=stage
@@ -416,7 +423,10 @@ def aggregate(
     report_path: Path,
     root: Path,
     track: bool = True,
+    agreement_path: Path | None = None,
 ) -> list[dict[str, Any]]:
+    """Judgements -> rows, report and MLflow runs. `agreement_path` (the agreement stage's
+    metrics) adds each judge's kappa against people to its runs (`judge.kappa_vs_human`)."""
     dataset = load_dataset(dataset_path)
     runs = []
     for model in params.summhay.models:
@@ -453,7 +463,18 @@ def aggregate(
                 usage[("judge", model, judge_name)] = _read_usage(
                     judgements_dir / model / f"{judge_name}.usage.json"
                 )
-        report = log_to_mlflow(params, rows, details, prompt_shas, dataset_path, root, usage)
+        kappas = {}
+        if agreement_path is not None:
+            from pipeline.benchmarks.summhay.agreement import human_rows
+
+            kappas = {
+                j: float(r["cohen_kappa"])
+                for j, r in human_rows(agreement_path).items()
+                if r.get("cohen_kappa") is not None
+            }
+        report = log_to_mlflow(
+            params, rows, details, prompt_shas, dataset_path, root, usage, kappas
+        )
         log.info(
             "mlflow: %d runs created, %d unchanged (skipped), %d superseded",
             report.created,
@@ -543,9 +564,11 @@ def log_to_mlflow(
     dataset_path: Path,
     root: Path,
     usage: dict[tuple[str, str, str], dict[str, float]] | None = None,
+    kappa_vs_human: dict[str, float] | None = None,
 ) -> SyncReport:
     specs = []
     usage = usage or {}
+    kappa_vs_human = kappa_vs_human or {}
     for row in rows:
         key = row_key(row)
         sha = ",".join(prompt_shas.get((row["model"], row["judge"]), [])) or "none"
@@ -555,6 +578,18 @@ def log_to_mlflow(
             ("judge", usage.get(("judge", row["model"], row["judge"]), {})),
         ):
             metrics |= {f"{stage}.{k}": v for k, v in u.items()}
+        tags = lineage_tags(
+            params,
+            row,
+            sha,
+            dataset_path,
+            root,
+            ",".join(prompt_shas.get((row["model"], ""), [])) or "none",
+        )
+        kappa = kappa_vs_human.get(row["judge"])
+        if kappa is not None:
+            metrics["judge.kappa_vs_human"] = kappa
+            tags["judge.kappa_vs_human"] = f"{kappa:.3f}"
         specs.append(
             RunSpec(
                 row_key="|".join(key),
@@ -566,14 +601,7 @@ def log_to_mlflow(
                     for k in ("domain", "system", "setting", "judge", "mode", "model")
                 }
                 | {"partial_credit": str(params.summhay.scoring.partial_credit)},
-                tags=lineage_tags(
-                    params,
-                    row,
-                    sha,
-                    dataset_path,
-                    root,
-                    ",".join(prompt_shas.get((row["model"], ""), [])) or "none",
-                ),
+                tags=tags,
                 artifacts={"judgements.jsonl": details[key], "row.json": row},
             )
         )

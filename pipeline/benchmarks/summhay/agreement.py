@@ -1,0 +1,862 @@
+"""How far a SummHay judge can be trusted: its agreement with people, and with other judges.
+
+The SummHay release holds 200 summaries (100 news, 100 conversation) whose 1,419 insight-level
+coverage labels were made by professional annotators, with six LLM judges' predictions on the
+same insights (`eval_benchmark_data.json`). For each judge this module computes, against the
+human labels:
+
+- `pearson` (the paper's "coverage correlation"): insight-level Pearson correlation of the
+  coverage scores, full / partial / none mapped to 1 / 0.5 / 0;
+- `linking_accuracy` (percent): among insights where the annotators chose a covering bullet and
+  the judge named one bullet, how often it is the same bullet. Annotators count bullets from 0,
+  judges from 1. An answer naming several bullets at once (a list) links to no single bullet:
+  it is left out and counted in `n_multi_link`. This reproduces the paper's Table 1;
+- `cohen_kappa` (3 classes, unweighted; the MLflow metric `kappa`), `cohen_kappa_linear`,
+  `cohen_kappa_quadratic`, `exact_agreement` and `spearman`;
+- a 95% percentile-bootstrap interval for each, resampling insights (seeded).
+
+Judge vs judge: on the judgements the pipeline holds for the same summaries (the 78 released
+news systems, 336 insights each), the same statistics between any two judges, pairing verdicts
+by (generation, insight).
+
+Bias (the paper's Table 4): per summarizer, the mean of (judge coverage - human coverage) over
+its annotated summaries; the correlation of the judge's summary-level coverage with bullet
+length (words per bullet) and of the delta with bullet length.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.benchmarks.summhay.scoring import count_words, extract_bullets
+from pipeline.errors import DataError
+from pipeline.metrics.agreement import (
+    bootstrap_ci,
+    cohen_kappa,
+    exact_agreement,
+    pearson,
+    spearman,
+)
+
+log = logging.getLogger(__name__)
+
+HUMAN_LABELS = {"fully_covered": "FULL", "partially_covered": "PARTIAL", "not_covered": "NO"}
+JUDGE_LABELS = {"FULL_COVERAGE": "FULL", "PARTIAL_COVERAGE": "PARTIAL", "NO_COVERAGE": "NO"}
+CLASSES = ["NO", "PARTIAL", "FULL"]  # ordered, for weighted kappa
+SCORE = {"NO": 0.0, "PARTIAL": 0.5, "FULL": 1.0}
+PREDICTION_PREFIX = "predictions_"
+NO_SELECTION = "no_selection"
+_SUMMARIZER_RE = re.compile(r"^summary_subtopic_(?:(.+)_)?([^_]+)$")
+
+
+# ---------------------------------------------------------------- the labels file
+
+
+@dataclass(frozen=True)
+class Label:
+    """One rater's verdict on one insight: its class and the bullet it points to (1-based).
+
+    `link` is None when no bullet was chosen; `multi_link` marks an answer naming several
+    bullets at once.
+    """
+
+    cls: str
+    link: int | None
+    multi_link: bool = False
+
+
+@dataclass(frozen=True)
+class Sample:
+    index: int
+    sample_id: str  # "<index>:<subtopic_id>:<summkey>", the name used in errors and rows
+    subtopic_id: str
+    summkey: str
+    domain: str
+    summary: list[str]
+    insights: list[tuple[str, str]]  # (insight_id, text), in the file's order
+    human: dict[str, Label]
+    predictions: dict[str, dict[str, Label]]  # judge -> insight id -> label
+
+    @property
+    def bullets(self) -> list[str]:
+        return extract_bullets("\n".join(self.summary))
+
+    @property
+    def summarizer(self) -> str:
+        m = _SUMMARIZER_RE.match(self.summkey)
+        return m.group(2) if m else self.summkey
+
+
+def _need(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], ctx: _Ctx) -> Any:
+    if key not in obj:
+        raise DataError(f"missing field {key!r}", file=ctx.file, item=ctx.item, field=ctx.at(key))
+    value = obj[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise DataError(
+            f"expected {names}, got {type(value).__name__}",
+            file=ctx.file,
+            item=ctx.item,
+            field=ctx.at(key),
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    file: str
+    item: str
+    prefix: str = ""
+
+    def at(self, key: str | int) -> str:
+        part = f"[{key}]" if isinstance(key, int) else key
+        if not self.prefix:
+            return str(part)
+        return f"{self.prefix}{part}" if isinstance(key, int) else f"{self.prefix}.{part}"
+
+    def sub(self, key: str | int) -> _Ctx:
+        return _Ctx(self.file, self.item, self.at(key))
+
+
+def _human_label(raw: Mapping[str, Any], n_bullets: int, ctx: _Ctx) -> Label:
+    coverage = _need(raw, "coverage", str, ctx)
+    if coverage not in HUMAN_LABELS:
+        raise DataError(
+            f"unknown label {coverage!r}; expected one of {', '.join(HUMAN_LABELS)}",
+            file=ctx.file,
+            item=ctx.item,
+            field=ctx.at("coverage"),
+        )
+    candidate = _need(raw, "candidate_id", (str, int), ctx)
+    cls = HUMAN_LABELS[coverage]
+    if candidate == NO_SELECTION:
+        return Label(cls, None)
+    text = str(candidate).strip()
+    if not text.isdigit() or not 0 <= int(text) < n_bullets:
+        raise DataError(
+            f"candidate_id {candidate!r} is neither {NO_SELECTION!r} nor a 0-based bullet index"
+            f" (0..{n_bullets - 1})",
+            file=ctx.file,
+            item=ctx.item,
+            field=ctx.at("candidate_id"),
+        )
+    return Label(cls, int(text) + 1)  # annotators count from 0, judges from 1
+
+
+def _judge_label(raw: Mapping[str, Any], ctx: _Ctx) -> Label:
+    coverage = _need(raw, "coverage", str, ctx)
+    if coverage not in JUDGE_LABELS:
+        raise DataError(
+            f"unknown label {coverage!r}; expected one of {', '.join(JUDGE_LABELS)}",
+            file=ctx.file,
+            item=ctx.item,
+            field=ctx.at("coverage"),
+        )
+    if "bullet_id" not in raw:
+        raise DataError(
+            "missing field 'bullet_id'", file=ctx.file, item=ctx.item, field=ctx.at("bullet_id")
+        )
+    link = raw["bullet_id"]
+    if isinstance(link, list):
+        return Label(JUDGE_LABELS[coverage], None, multi_link=True)
+    if isinstance(link, int) and not isinstance(link, bool):
+        return Label(JUDGE_LABELS[coverage], link)
+    if isinstance(link, str) and link.strip().isdigit():
+        return Label(JUDGE_LABELS[coverage], int(link))
+    return Label(JUDGE_LABELS[coverage], None)  # "NA" and the like: no bullet chosen
+
+
+def load_labels(path: Path) -> list[Sample]:
+    """The human-annotated summaries, validated: every error names the sample and the field."""
+    file = str(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError("labels file not found", file=file) from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"not valid JSON ({e.msg}, line {e.lineno})", file=file) from None
+    if not isinstance(raw, list) or not raw:
+        raise DataError("expected a non-empty JSON list of annotated summaries", file=file)
+    samples = []
+    seen: set[tuple[str, str]] = set()
+    for index, obj in enumerate(raw):
+        if not isinstance(obj, dict):
+            raise DataError("expected an object", file=file, item=f"sample {index}")
+        sub_id = obj.get("subtopic_id")
+        key = obj.get("summkey")
+        item = f"sample {index} ({sub_id}, {key})"
+        ctx = _Ctx(file, item)
+        sub_id = _need(obj, "subtopic_id", str, ctx)
+        key = _need(obj, "summkey", str, ctx)
+        if (sub_id, key) in seen:
+            raise DataError("the same summary is annotated twice", file=file, item=item)
+        seen.add((sub_id, key))
+        summary = _need(obj, "summary", list, ctx)
+        if not summary or not all(isinstance(line, str) for line in summary):
+            raise DataError(
+                "expected a non-empty list of lines", file=file, item=item, field="summary"
+            )
+        n_bullets = len(extract_bullets("\n".join(summary)))
+        insights = []
+        for i, ins in enumerate(_need(obj, "reference_insights", list, ctx)):
+            ictx = ctx.sub("reference_insights").sub(i)
+            if not isinstance(ins, dict):
+                raise DataError("expected an object", file=file, item=item, field=ictx.prefix)
+            insights.append((_need(ins, "insight_id", str, ictx), _need(ins, "insight", str, ictx)))
+        ids = [i for i, _ in insights]
+        if len(set(ids)) != len(ids) or not ids:
+            raise DataError(
+                "insight ids must be present and unique",
+                file=file,
+                item=item,
+                field="reference_insights",
+            )
+        human: dict[str, Label] = {}
+        for i, ann in enumerate(_need(obj, "annotation", list, ctx)):
+            actx = ctx.sub("annotation").sub(i)
+            if not isinstance(ann, dict):
+                raise DataError("expected an object", file=file, item=item, field=actx.prefix)
+            iid = _need(ann, "insight_id", str, actx)
+            if iid not in ids:
+                raise DataError(
+                    f"insight {iid!r} is not among the sample's reference_insights",
+                    file=file,
+                    item=item,
+                    field=actx.at("insight_id"),
+                )
+            if iid in human:
+                raise DataError(
+                    f"insight {iid!r} is annotated twice",
+                    file=file,
+                    item=item,
+                    field=actx.at("insight_id"),
+                )
+            human[iid] = _human_label(ann, n_bullets, actx)
+        missing = [i for i in ids if i not in human]
+        if missing:
+            raise DataError(
+                f"{len(missing)} reference insight(s) have no annotation, e.g. {missing[0]!r}",
+                file=file,
+                item=item,
+                field="annotation",
+            )
+        predictions: dict[str, dict[str, Label]] = {}
+        for field_name in sorted(k for k in obj if k.startswith(PREDICTION_PREFIX)):
+            judge = field_name[len(PREDICTION_PREFIX) :]
+            by_id: dict[str, Label] = {}
+            for i, pred in enumerate(_need(obj, field_name, list, ctx)):
+                pctx = ctx.sub(field_name).sub(i)
+                if not isinstance(pred, dict):
+                    raise DataError("expected an object", file=file, item=item, field=pctx.prefix)
+                iid = _need(pred, "insight_id", str, pctx)
+                if iid not in ids or iid in by_id:
+                    raise DataError(
+                        f"insight {iid!r} is not among the sample's reference_insights"
+                        if iid not in ids
+                        else f"insight {iid!r} is predicted twice",
+                        file=file,
+                        item=item,
+                        field=pctx.at("insight_id"),
+                    )
+                by_id[iid] = _judge_label(pred, pctx)
+            if set(by_id) != set(ids):
+                raise DataError(
+                    f"predictions cover {len(by_id)} of the {len(ids)} insights",
+                    file=file,
+                    item=item,
+                    field=field_name,
+                )
+            predictions[judge] = by_id
+        topic_fn = obj.get("topic_fn")
+        samples.append(
+            Sample(
+                index=index,
+                sample_id=f"{index}:{sub_id}:{key}",
+                subtopic_id=sub_id,
+                summkey=key,
+                domain="conversation" if topic_fn else "news",
+                summary=list(summary),
+                insights=insights,
+                human=human,
+                predictions=predictions,
+            )
+        )
+    judges = {frozenset(s.predictions) for s in samples}
+    if len(judges) > 1:
+        first, other = sorted(judges, key=len)[:2]
+        raise DataError(
+            "samples carry different judges' predictions: "
+            + ", ".join(sorted(first.symmetric_difference(other))),
+            file=file,
+            field=PREDICTION_PREFIX + "*",
+        )
+    return samples
+
+
+def published_judges(samples: Sequence[Sample]) -> list[str]:
+    return sorted(samples[0].predictions) if samples else []
+
+
+# ---------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Aligned labels of a judge and a reference on the same insights."""
+
+    judge: list[Label]
+    reference: list[Label]
+    n_invalid: int = 0  # judge verdicts that could not be used (left out, counted)
+
+
+def _linking(judge: Sequence[Label], ref: Sequence[Label]) -> tuple[np.ndarray, int]:
+    """1/0 per insight where both chose one bullet; and the count of multi-bullet answers."""
+    hits = []
+    multi = 0
+    for j, r in zip(judge, ref, strict=True):
+        if r.link is None:
+            continue
+        if j.multi_link:
+            multi += 1
+            continue
+        if j.link is None:
+            continue
+        hits.append(1.0 if j.link == r.link else 0.0)
+    return np.asarray(hits, dtype=float), multi
+
+
+def _ci_fields(
+    name: str,
+    stat: Callable[..., float],
+    columns: Sequence[np.ndarray],
+    n_resamples: int,
+    seed: int,
+    scale: float = 1.0,
+) -> dict[str, float | None]:
+    if len(columns[0]) == 0:
+        return {name: None, f"{name}_ci_low": None, f"{name}_ci_high": None}
+
+    def num(x: float) -> float | None:
+        return None if math.isnan(x) else x * scale
+
+    if n_resamples == 0:
+        value = num(stat(*columns))
+        return {name: value, f"{name}_ci_low": None, f"{name}_ci_high": None}
+    ci = bootstrap_ci(stat, *columns, n_resamples=n_resamples, seed=seed)
+
+    return {name: num(ci.estimate), f"{name}_ci_low": num(ci.low), f"{name}_ci_high": num(ci.high)}
+
+
+def _kappa(w: str | None) -> Callable[[np.ndarray, np.ndarray], float]:
+    def stat(a: np.ndarray, b: np.ndarray) -> float:
+        return cohen_kappa(a, b, weights=w, categories=[0, 1, 2])  # type: ignore[arg-type]
+
+    return stat
+
+
+def compare(pair: Pair, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """All agreement statistics of one judge against one reference, with bootstrap CIs."""
+    if not pair.judge:
+        raise ValueError("no insights to compare")
+    code = {c: i for i, c in enumerate(CLASSES)}
+    jc = np.asarray([code[x.cls] for x in pair.judge])
+    rc = np.asarray([code[x.cls] for x in pair.reference])
+    js = np.asarray([SCORE[x.cls] for x in pair.judge])
+    rs = np.asarray([SCORE[x.cls] for x in pair.reference])
+    hits, multi = _linking(pair.judge, pair.reference)
+    row: dict[str, Any] = {"n": len(pair.judge), "n_invalid": pair.n_invalid}
+    row |= _ci_fields("pearson", pearson, [js, rs], n_resamples, seed)
+    row |= _ci_fields("spearman", spearman, [js, rs], n_resamples, seed)
+    row |= _ci_fields("cohen_kappa", _kappa(None), [jc, rc], n_resamples, seed)
+    row |= _ci_fields("cohen_kappa_linear", _kappa("linear"), [jc, rc], n_resamples, seed)
+    row |= _ci_fields("cohen_kappa_quadratic", _kappa("quadratic"), [jc, rc], n_resamples, seed)
+    row |= _ci_fields("exact_agreement", exact_agreement, [jc, rc], n_resamples, seed)
+    row |= _ci_fields(
+        "linking_accuracy", lambda h: float(np.mean(h)), [hits], n_resamples, seed, scale=100.0
+    )
+    row["n_linked"] = len(hits)
+    row["n_multi_link"] = multi
+    row["coverage_judge"] = float(js.mean() * 100)
+    row["coverage_reference"] = float(rs.mean() * 100)
+    row["coverage_delta"] = row["coverage_judge"] - row["coverage_reference"]
+    return row
+
+
+def compare_or_empty(pair: Pair, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """`compare`, or a row of counts with no statistics when no verdict was usable."""
+    if pair.judge:
+        return compare(pair, n_resamples, seed)
+    log.warning("no usable verdicts (%d invalid): the row carries counts only", pair.n_invalid)
+    empty: dict[str, Any] = {"n": 0, "n_invalid": pair.n_invalid}
+    for k in STATS:
+        empty |= {k: None, f"{k}_ci_low": None, f"{k}_ci_high": None}
+    none = dict.fromkeys(("coverage_judge", "coverage_reference", "coverage_delta"))
+    return empty | none | {"n_linked": 0, "n_multi_link": 0}
+
+
+STATS = (
+    "pearson",
+    "spearman",
+    "cohen_kappa",
+    "cohen_kappa_linear",
+    "cohen_kappa_quadratic",
+    "exact_agreement",
+    "linking_accuracy",
+)
+
+
+def human_pair(samples: Sequence[Sample], judge: Mapping[str, Mapping[str, Label | None]]) -> Pair:
+    """A judge's labels (sample id -> insight id -> label; None = invalid) against the humans."""
+    js: list[Label] = []
+    rs: list[Label] = []
+    invalid = 0
+    for s in samples:
+        preds = judge.get(s.sample_id)
+        if preds is None:
+            continue
+        for iid, _ in s.insights:
+            if iid not in preds:
+                continue
+            label = preds[iid]
+            if label is None:
+                invalid += 1
+                continue
+            js.append(label)
+            rs.append(s.human[iid])
+    return Pair(js, rs, invalid)
+
+
+def published_predictions(
+    samples: Sequence[Sample], judge: str
+) -> dict[str, dict[str, Label | None]]:
+    return {s.sample_id: dict(s.predictions[judge]) for s in samples}
+
+
+# ---------------------------------------------------------------- bias (Table 4)
+
+
+def bias(
+    samples: Sequence[Sample], judge: Mapping[str, Mapping[str, Label | None]]
+) -> dict[str, Any]:
+    """Per-summarizer coverage delta (judge - human, 0-1) and the length correlations."""
+    per_summarizer: dict[str, list[float]] = defaultdict(list)
+    lengths: list[float] = []
+    scores: list[float] = []
+    deltas: list[float] = []
+    for s in samples:
+        preds = judge.get(s.sample_id)
+        if not preds:
+            continue
+        pairs = [(preds.get(i), s.human[i]) for i, _ in s.insights]
+        usable = [(j, h) for j, h in pairs if j is not None]
+        if not usable:
+            continue
+        auto = float(np.mean([SCORE[j.cls] for j, _ in usable]))
+        manual = float(np.mean([SCORE[h.cls] for _, h in usable]))
+        bullets = s.bullets
+        words = sum(count_words(b) for b in bullets)
+        length = words / len(bullets) if bullets else 0.0
+        per_summarizer[s.summarizer].append(auto - manual)
+        lengths.append(length)
+        scores.append(auto)
+        deltas.append(auto - manual)
+    by = {k: float(np.mean(v)) for k, v in sorted(per_summarizer.items())}
+
+    def corr(x: list[float], y: list[float]) -> float | None:
+        value = pearson(x, y) if len(x) >= 2 else math.nan
+        return None if math.isnan(value) else value
+
+    return {
+        "delta_by_summarizer": by,
+        "n_by_summarizer": {k: len(v) for k, v in sorted(per_summarizer.items())},
+        "delta_mean": float(np.mean(list(by.values()))) if by else None,
+        "length_score_corr": corr(lengths, scores),
+        "length_delta_corr": corr(lengths, deltas),
+    }
+
+
+# ---------------------------------------------------------------- judge vs judge
+
+
+def judge_pairs(
+    verdicts: Mapping[str, Mapping[tuple[str, str], Label | None]],
+) -> list[tuple[str, str, Pair]]:
+    """Every two judges' labels on the insights both judged: (judge, reference, pair)."""
+    out = []
+    for a, b in combinations(sorted(verdicts), 2):
+        va, vb = verdicts[a], verdicts[b]
+        shared = sorted(set(va) & set(vb))
+        ja: list[Label] = []
+        jb: list[Label] = []
+        invalid = 0
+        for key in shared:
+            la, lb = va[key], vb[key]
+            if la is None or lb is None:
+                invalid += 1
+                continue
+            ja.append(la)
+            jb.append(lb)
+        if ja:
+            out.append((a, b, Pair(ja, jb, invalid)))
+    return out
+
+
+# ---------------------------------------------------------------- project judges
+
+
+def _label_of_verdict(label: str, link: int | str | None, ok: bool) -> Label | None:
+    if not ok or label not in JUDGE_LABELS:
+        return None
+    cls = JUDGE_LABELS[label]
+    if isinstance(link, int) and cls != "NO":
+        return Label(cls, link)
+    return Label(cls, None)
+
+
+def annotated_inputs(samples: Sequence[Sample]) -> tuple[list[Any], dict[str, Any]]:
+    """The annotated summaries as Generations and Subtopics, for the project's LLM judges."""
+    from pipeline.benchmarks.summhay.schema import Insight, Subtopic
+    from pipeline.records import Generation
+
+    gens = []
+    subs = {}
+    for s in samples:
+        item = f"annotated:{s.sample_id}"
+        gens.append(
+            Generation(
+                benchmark="summhay",
+                item_id=item,
+                model="annotated",
+                system=s.summarizer,
+                setting="annotated",
+                status="ok",
+                text="\n".join(s.summary),
+            )
+        )
+        subs[item] = Subtopic(
+            item_id=item,
+            subtopic_id=s.subtopic_id,
+            name="",
+            subtopic="",
+            query="",
+            insights=[Insight(insight_id=i, name="", text=t, gold_docs=[]) for i, t in s.insights],
+            retriever_scores={},
+        )
+    return gens, subs
+
+
+def agreement_stage(judge: str) -> str:
+    return f"summhay-agreement@{judge}"
+
+
+def judge_annotated_llm(
+    params: Any, judge: str, samples: Sequence[Sample], root: Path
+) -> tuple[dict[str, dict[str, Label | None]], float, str]:
+    """Run an LLM judge on the annotated summaries: labels, cost in USD, prompt hash."""
+    from pipeline.benchmarks import summhay
+
+    gens, subs = annotated_inputs(samples)
+    stage = agreement_stage(judge)
+    spec = params.judges[judge]
+    js, report = summhay._judge_llm(
+        params, "annotated", judge, spec, [], gens, root, subs=subs, stage=stage
+    )
+    summhay._finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
+    by_item = {f"annotated:{s.sample_id}": s.sample_id for s in samples}
+    out: dict[str, dict[str, Label | None]] = {}
+    for j in js:
+        out[by_item[j.item_id]] = {
+            v.target_id: _label_of_verdict(v.label, v.link, v.status == "ok") for v in j.verdicts
+        }
+    sha = ",".join(sorted({j.judge_prompt_sha for j in js})) or "none"
+    return out, float(sum(j.usage.cost_usd for j in js)), sha
+
+
+# ---------------------------------------------------------------- the stage
+
+
+ROW_ID = ("benchmark", "judge", "reference")
+
+
+def _judgement_labels(
+    judgements_dir: Path, models: Sequence[str], judge: str
+) -> dict[tuple[str, str], Label | None]:
+    from pipeline.io import read_jsonl
+    from pipeline.records import Judgement
+
+    out: dict[tuple[str, str], Label | None] = {}
+    for model in models:
+        path = judgements_dir / model / f"{judge}.jsonl"
+        if not path.exists():
+            continue
+        for j in read_jsonl(path, Judgement):
+            if j.status == "error":
+                continue
+            for v in j.verdicts:
+                out[(j.generation_id, v.target_id)] = _label_of_verdict(
+                    v.label, v.link, v.status == "ok"
+                )
+    return out
+
+
+def run(
+    params: Any,
+    labels_path: Path,
+    out: Path,
+    *,
+    judgements_dir: Path | None = None,
+    report_path: Path | None = None,
+    plot_path: Path | None = None,
+    root: Path | None = None,
+    track: bool = True,
+    project_judges: bool = True,
+) -> list[dict[str, Any]]:
+    """The agreement rows (published judges, the project's judges, judge vs judge)."""
+    from pipeline.config import OpenAIJudge, PublishedJudge
+    from pipeline.io import file_digest, write_json
+
+    root = root or Path.cwd()
+    cfg = params.summhay.agreement
+    samples = load_labels(labels_path)[: cfg.max_samples]
+    n_boot, seed = cfg.bootstrap_resamples, params.seed
+    rows: list[dict[str, Any]] = []
+    judged: dict[str, dict[str, dict[str, Label | None]]] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for name in published_judges(samples):
+        judged[name] = published_predictions(samples, name)
+        meta[name] = {"source": "released predictions", "provider": "released", "sha": "released"}
+
+    if project_judges:
+        for name in params.summhay.judges:
+            spec = params.judges[name]
+            if isinstance(spec, PublishedJudge):
+                proxy = spec.agreement_proxy
+                if proxy is None:
+                    continue
+                if proxy not in judged:
+                    raise DataError(
+                        f"judges.{name}.agreement_proxy names {proxy!r}, which the labels file"
+                        f" does not hold (it has: {', '.join(published_judges(samples))})",
+                        file=str(labels_path),
+                    )
+                judged[name] = judged[proxy]
+                meta[name] = {
+                    "source": f"released predictions of {proxy} (replayed judge)",
+                    "provider": spec.provider,
+                    "sha": "published",
+                }
+            elif isinstance(spec, OpenAIJudge):
+                labels, cost, sha = judge_annotated_llm(params, name, samples, root)
+                judged[name] = labels
+                meta[name] = {
+                    "source": "judged by lfbench",
+                    "provider": spec.provider,
+                    "sha": sha,
+                    "cost_usd": cost,
+                }
+            else:
+                labels, sha = judge_annotated_other(params, name, samples, root)
+                judged[name] = labels
+                meta[name] = {"source": "judged by lfbench", "provider": spec.provider, "sha": sha}
+
+    biases: dict[str, dict[str, Any]] = {}
+    for name, labels in judged.items():
+        row: dict[str, Any] = {"benchmark": "summhay", "judge": name, "reference": "human"}
+        row |= {
+            "source": meta[name]["source"],
+            "judge_provider": meta[name]["provider"],
+            "judge_prompt_sha": meta[name]["sha"],
+        }
+        row |= compare_or_empty(human_pair(samples, labels), n_boot, seed)
+        row["n_samples"] = len(samples)
+        if "cost_usd" in meta[name]:
+            row["cost_usd"] = meta[name]["cost_usd"]
+        bs = bias(samples, labels)
+        biases[name] = bs
+        row |= {
+            "bias_delta_mean": bs["delta_mean"],
+            "length_score_corr": bs["length_score_corr"],
+            "length_delta_corr": bs["length_delta_corr"],
+        }
+        rows.append(row)
+
+    if cfg.judge_vs_judge and judgements_dir is not None:
+        verdicts = {
+            j: _judgement_labels(judgements_dir, params.summhay.models, j)
+            for j in params.summhay.judges
+        }
+        verdicts = {j: v for j, v in verdicts.items() if v}
+        for a, b, pair in judge_pairs(verdicts):
+            # A replayed judge is the natural reference for a judge that scores anew.
+            a_pub = isinstance(params.judges[a], PublishedJudge)
+            judge_name, ref = (b, a) if a_pub else (a, b)
+            if a_pub:
+                pair = Pair(pair.reference, pair.judge, pair.n_invalid)
+            row = {"benchmark": "summhay", "judge": judge_name, "reference": ref}
+            row |= {
+                "source": "pipeline judgements",
+                "judge_provider": params.judges[judge_name].provider,
+                "judge_prompt_sha": meta.get(judge_name, {}).get("sha", "none"),
+            }
+            row |= compare_or_empty(pair, n_boot, seed)
+            rows.append(row)
+            meta.setdefault(
+                judge_name, {"sha": "none", "provider": params.judges[judge_name].provider}
+            )
+
+    write_json(out, {"rows": rows})
+    log.info("wrote %s: %d agreement rows", out, len(rows))
+    if report_path is not None:
+        from pipeline.benchmarks.summhay.agreement_report import render
+        from pipeline.io import atomic_write_text
+
+        atomic_write_text(report_path, render(rows, biases, file_digest(labels_path)))
+    if plot_path is not None:
+        from pipeline.benchmarks.summhay.agreement_report import plot
+
+        plot(rows, plot_path)
+    if track:
+        log_agreement(params, rows, meta, labels_path, plot_path, root)
+    return rows
+
+
+def judge_annotated_other(
+    params: Any, name: str, samples: Sequence[Sample], root: Path
+) -> tuple[dict[str, dict[str, Label | None]], str]:
+    """A judge that needs no server (`provider: local`) on the annotated summaries: labels and
+    the model file's hash. Bullets are split as everywhere else (`Sample.bullets`)."""
+    from pipeline.config import LocalJudge
+    from pipeline.errors import ConfigError
+
+    spec = params.judges[name]
+    if not isinstance(spec, LocalJudge):
+        raise ConfigError(
+            f"judges.{name}: provider {spec.provider!r} cannot score annotated summaries"
+        )
+    from pipeline.judges.embeddings import default_cache_path
+    from pipeline.judges.local import LocalJudge as Model
+
+    judge = Model.load(
+        root / spec.model_path, cache=default_cache_path(root) if spec.embedding_cache else None
+    )
+    verdicts = judge.judge_many([([t for _, t in s.insights], s.bullets) for s in samples])
+    judge.embedder.close()
+    out: dict[str, dict[str, Label | None]] = {}
+    for s, vs in zip(samples, verdicts, strict=True):
+        out[s.sample_id] = {
+            iid: _label_of_verdict(v.label, v.bullet, True)
+            for (iid, _), v in zip(s.insights, vs, strict=True)
+        }
+    return out, judge.sha
+
+
+def meta_of_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The per-judge lineage `log_agreement` needs, read back from the rows."""
+    return {
+        r["judge"]: {"sha": r.get("judge_prompt_sha", "none"), "provider": r["judge_provider"]}
+        for r in rows
+    }
+
+
+def human_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """judge -> its row against the human labels, from an agreement metrics file."""
+    from pipeline.io import read_json
+
+    if not path.exists():
+        return {}
+    raw = read_json(path)
+    return {r["judge"]: r for r in raw.get("rows", []) if r.get("reference") == "human"}
+
+
+METRICS = (
+    "pearson",
+    "spearman",
+    "cohen_kappa",
+    "cohen_kappa_linear",
+    "cohen_kappa_quadratic",
+    "exact_agreement",
+    "linking_accuracy",
+    "coverage_judge",
+    "coverage_reference",
+    "coverage_delta",
+    "bias_delta_mean",
+    "length_score_corr",
+    "length_delta_corr",
+    "cost_usd",
+    "n",
+    "n_invalid",
+    "n_linked",
+    "n_multi_link",
+)
+
+
+def log_agreement(
+    params: Any,
+    rows: Sequence[dict[str, Any]],
+    meta: Mapping[str, Mapping[str, Any]],
+    labels_path: Path,
+    plot_path: Path | None,
+    root: Path,
+) -> None:
+    from pipeline import __version__
+    from pipeline.io import file_digest
+    from pipeline.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
+    from pipeline.tracking import RunSpec, sync
+
+    git = git_info(root)
+    entry = dvc_lock_entry(root, "summhay-agreement")
+    specs = []
+    for row in rows:
+        metrics: dict[str, float] = {}
+        for k in METRICS:
+            for key in (k, f"{k}_ci_low", f"{k}_ci_high"):
+                if row.get(key) is not None:
+                    metrics[key] = float(row[key])
+        if row.get("cohen_kappa") is not None:
+            metrics["kappa"] = float(row["cohen_kappa"])
+        judge = row["judge"]
+        tags = {
+            "benchmark": "summhay",
+            "lfbench.version": __version__,
+            "agreement.reference": row["reference"],
+            "agreement.source": row["source"],
+            "judge.name": judge,
+            "judge.provider": str(row.get("judge_provider", "")),
+            "judge.prompt_sha": str(meta.get(judge, {}).get("sha", "none")),
+            "labels.digest": file_digest(labels_path),
+            "data.digest": dvc_file_md5(root / "data.dvc") or "unknown",
+            "dvc.stage": "summhay-agreement",
+            "dvc.stage_md5": stage_md5(entry) if entry else "unknown",
+            "git.commit": git.commit,
+            "git.dirty": "unknown" if git.dirty is None else str(git.dirty).lower(),
+            **runtime_tags(),
+        }
+        specs.append(
+            RunSpec(
+                row_key="|".join(str(row[k]) for k in ROW_ID),
+                name=f"{judge} vs {row['reference']}",
+                metrics=metrics,
+                params={"judge": judge, "reference": row["reference"], "seed": str(params.seed)},
+                tags=tags,
+                artifacts={"row.json": dict(row)},
+                files=[plot_path] if plot_path is not None and plot_path.exists() else [],
+            )
+        )
+    report = sync("agreement", specs, root)
+    log.info(
+        "MLflow experiment agreement: %d created, %d unchanged, %d superseded",
+        report.created,
+        report.skipped,
+        report.superseded,
+    )
