@@ -250,3 +250,67 @@ def test_load_refuses_a_foreign_file(tmp_path: Path) -> None:
         LocalJudge.load(p)
     with pytest.raises(DataError, match="not found"):
         LocalJudge.load(tmp_path / "missing.json")
+
+
+def test_agreement_stage_scores_annotated_summaries_with_the_local_judge(tmp_path: Path) -> None:
+    """The agreement stage's hook: bullets numbered as the annotators' (header line included)."""
+    from pipeline.benchmarks.summhay.agreement import Label, judge_annotated_other, load_labels
+    from pipeline.config import Params
+
+    cases = []
+    for k, (unit, para) in enumerate(FACTS):
+        other = FACTS[(k + 1) % len(FACTS)][0]
+        cases.append(
+            _case("g", [unit, other], [para, FILLER[k % 2]], ["FULL_COVERAGE", "NO_COVERAGE"])
+        )
+        half = " ".join(para.split()[:3])
+        cases.append(_case("g", [unit], [FILLER[0], half + " something."], ["PARTIAL_COVERAGE"]))
+    m = build_matrix(cases, Embedder(None))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.json").write_text(
+        model_file(fit(m.x, m.y, c=1.0, class_weight=None), {})
+    )
+    unit, para = FACTS[2]
+    labels = tmp_path / "labels.json"
+    labels.write_text(
+        json.dumps(
+            [
+                {
+                    "subtopic_id": "s1",
+                    "summkey": "summary_subtopic_oracle_sysA",
+                    "summary": ["## Title", f"* {FILLER[0]} [1]", f"* {para} [2]"],
+                    "reference_insights": [
+                        {"insight_id": "i1", "insight": unit},
+                        {"insight_id": "i2", "insight": "Penguins live in Antarctica."},
+                    ],
+                    "annotation": [
+                        {"insight_id": "i1", "coverage": "fully_covered", "candidate_id": "2"},
+                        {
+                            "insight_id": "i2",
+                            "coverage": "not_covered",
+                            "candidate_id": "no_selection",
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    params = Params.model_validate(
+        {
+            "models": {"published": {"provider": "published"}},
+            "judges": {
+                "local": {
+                    "provider": "local",
+                    "model_path": "models/m.json",
+                    "embedding_cache": False,
+                }
+            },
+            "summhay": {"models": ["published"], "judges": ["local"]},
+        }
+    )
+    samples = load_labels(labels)
+    out, sha = judge_annotated_other(params, "local", samples, tmp_path)
+    assert len(sha) == 64
+    got = out[samples[0].sample_id]
+    assert got["i1"] == Label("FULL", 3) == samples[0].human["i1"]
+    assert got["i2"] == Label("NO", None)
