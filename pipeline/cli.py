@@ -30,7 +30,7 @@ from pipeline.config import load_params, load_yaml
 from pipeline.errors import LfbenchError, StageFailed
 from pipeline.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
 
-STAGES = ("construct", "generate", "judge", "aggregate", "agreement")
+STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-local-judge")
 log = logging.getLogger("lfbench")
 
 
@@ -196,6 +196,41 @@ def stage_judge(
     """Outputs -> item-level judgements by one judge."""
     registry.get(benchmark).judge(
         _params(params_path), model, judge_name, dataset, generations, data_dir, out
+    )
+
+
+@stage.command("train-local-judge")
+@click.option("--benchmark", required=True)
+@click.option("--judge", "judge_name", required=True)
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--annotated",
+    "eval_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="the human-annotated set; its haystacks are never trained on",
+)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--metrics", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+)
+def stage_train_local_judge(
+    benchmark: str,
+    judge_name: str,
+    data_dir: Path,
+    eval_path: Path,
+    out: Path,
+    metrics: Path,
+    params_path: Path,
+) -> None:
+    """Released judgements -> the local judge's model file and its held-out evaluation."""
+    registry.get(benchmark).train_local_judge(
+        _params(params_path), judge_name, data_dir, eval_path, out, metrics
     )
 
 

@@ -109,8 +109,36 @@ class Long2ragLeadModel(Strict):
     )
 
 
+class BaselineModel(Strict):
+    """A summarizer that needs no model (pipeline/baselines.py): `lead` takes the leading
+    sentences of the context's documents in context order; `extractive` the sentences most
+    relevant to the query (BM25 over sentences, near-duplicates dropped). Every bullet cites the
+    documents its sentence comes from."""
+
+    provider: Literal["baseline"]
+    benchmark: Literal["summhay"] = "summhay"
+    kind: Literal["lead", "extractive"]
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+    settings: list[str] = Field(default=["oracle"], min_length=1, description=CONTEXT_SETTINGS_DOC)
+    bullets: int | None = Field(
+        default=None, ge=1, description="bullets per summary (default: as many as insights)"
+    )
+
+    @model_validator(mode="after")
+    def _check_settings(self) -> BaselineModel:
+        for s in self.settings:
+            if s not in CONTEXT_SETTINGS:
+                raise ValueError(f"unknown setting {s!r}; known: {', '.join(CONTEXT_SETTINGS)}")
+        if len(set(self.settings)) != len(self.settings):
+            raise ValueError(f"settings lists a name twice: {self.settings}")
+        return self
+
+
 ModelSpec = Annotated[
-    PublishedModel | OpenAIModel | Long2ragLeadModel, Field(discriminator="provider")
+    PublishedModel | OpenAIModel | Long2ragLeadModel | BaselineModel,
+    Field(discriminator="provider"),
 ]
 
 
@@ -166,7 +194,38 @@ class OverlapJudge(Strict):
         return self
 
 
-JudgeSpec = Annotated[PublishedJudge | OpenAIJudge | OverlapJudge, Field(discriminator="provider")]
+class LocalJudgeTraining(Strict):
+    """How the local judge is trained (stage local-judge-train): on the published GPT-4o
+    judgements of these haystacks, minus every haystack in the human-annotated set."""
+
+    haystacks: list[str] = Field(
+        default=["news1", "news2", "news3", "news4", "news5"],
+        min_length=1,
+        description="haystacks whose released judgements may be used (annotated ones are dropped)",
+    )
+    c: float = Field(default=1.0, gt=0, description="inverse L2 strength of the logistic model")
+    class_weight: Literal["none", "balanced"] = "none"
+
+
+class LocalJudge(Strict):
+    """The offline judge: MiniLM features and a calibrated classifier (pipeline/judges)."""
+
+    provider: Literal["local"]
+    benchmark: Literal["summhay"] = "summhay"
+    model_path: str = Field(
+        default="models/local-judge/model.json", description="the trained model (a stage output)"
+    )
+    embedding_cache: bool = Field(
+        default=True,
+        description="keep MiniLM vectors in .lfbench/cache/embeddings.sqlite (a pure function of"
+        " the text, shared by stages)",
+    )
+    train: LocalJudgeTraining = LocalJudgeTraining()
+
+
+JudgeSpec = Annotated[
+    PublishedJudge | OpenAIJudge | OverlapJudge | LocalJudge, Field(discriminator="provider")
+]
 
 
 # ---------------------------------------------------------------- benchmarks

@@ -119,6 +119,12 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     full_env.pop("MLFLOW_TRACKING_URI", None)
+    # Project copies share this checkout's MiniLM vectors (content-addressed, quantised: the
+    # same numbers as computing them), so the local judge's training stage does not re-embed
+    # 27,000 texts in every copy.
+    full_env.setdefault(
+        "LFBENCH_EMBEDDING_CACHE", str(ROOT / ".lfbench" / "cache" / "embeddings.sqlite")
+    )
     if env:
         full_env.update(env)
     proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True)

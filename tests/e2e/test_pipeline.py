@@ -38,6 +38,8 @@ def _slice(params: dict[str, Any]) -> None:
     params["summhay"]["haystacks"] = SLICE["haystacks"]
     params["models"]["published"]["systems"] = SLICE["systems"]
     params["models"]["published"]["settings"] = SLICE["settings"]
+    params["summhay"]["models"] = ["published"]
+    params["summhay"]["judges"] = ["published-gpt-4o"]
     params["summhay"]["agreement"]["bootstrap_resamples"] = 50  # intervals: fast, still real
     params["long2rag"]["derived"]["haystacks"] = SLICE["haystacks"]
     params["long2rag"]["derived"]["subtopics"] = 3
@@ -82,6 +84,7 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
     proj, log = repro
     assert set(_ran(log)) == {
         "image",
+        "local-judge-train",  # always in the DAG; every judge stage depends on its model
         "summhay-construct",
         "summhay-generate@published",
         "summhay-judge@published-published-gpt-4o",

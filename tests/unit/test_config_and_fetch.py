@@ -26,7 +26,9 @@ MANIFEST = ROOT / "data.sources.yaml"
 
 def test_default_params_are_valid() -> None:
     params = load_params(ROOT / "params.yaml")
-    assert params.summhay.models == ["published"]
+    assert params.summhay.models == ["published", "lead", "extractive"]
+    assert params.summhay.judges == ["published-gpt-4o", "local"]
+    assert params.judges["local"].provider == "local"
     assert params.summhay.scoring.modes == ["paper"]
 
 

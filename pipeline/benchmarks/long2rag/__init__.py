@@ -325,9 +325,12 @@ def _coverage_judge(spec: Any) -> Any:
     if spec.provider == "long2rag-overlap":
         return judging.OverlapCoverage(full=spec.full, partial=spec.partial)
     # provider local: the project's trained judge (pipeline/judges/local.py)
-    from pipeline.judges.local import LocalJudge  # type: ignore[import-not-found,unused-ignore]
+    from pipeline.judges.embeddings import default_cache_path
+    from pipeline.judges.local import LocalJudge
 
-    return LocalJudge.load(Path(spec.path))
+    root = Path.cwd()
+    cache = default_cache_path(root) if spec.embedding_cache else None
+    return LocalJudge.load(root / spec.model_path, cache=cache)
 
 
 def _judgement(

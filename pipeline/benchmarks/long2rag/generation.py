@@ -24,7 +24,6 @@ Providers (one function per provider in `PROVIDERS`):
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -196,12 +195,17 @@ def _lead(spec: Any, question: str, documents: list[str], cfg: Long2ragGeneratio
 
 
 def _baseline(spec: Any, question: str, documents: list[str], cfg: Long2ragGeneration) -> str:
-    mod = importlib.import_module("pipeline.baselines")
-    method = getattr(spec, "method", None)
-    fn = getattr(mod, str(method), None) if method else None
-    if not callable(fn):
-        raise ConfigError(f"baseline method {method!r} is not a function of pipeline.baselines")
-    return cut_words(str(fn(question, documents)), cfg.max_words)
+    """The project's no-model summarizers (pipeline/baselines.py, `kind` lead or extractive):
+    sentences as bullets citing their document, cut to the generation length."""
+    from pipeline import baselines
+
+    fn = {"lead": baselines.lead, "extractive": baselines.extractive}.get(str(spec.kind))
+    if fn is None:
+        raise ConfigError(f"baseline kind {spec.kind!r} is not lead or extractive")
+    docs = [baselines.Doc(i, text) for i, text in enumerate(documents, start=1)]
+    # Enough sentences to fill the length limit; the cut keeps whole words.
+    n = max(1, cfg.max_words // 5)
+    return cut_words(fn(question, docs, n), cfg.max_words)
 
 
 # Providers that answer without a model, in this process.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,15 @@ from pipeline.benchmarks.summhay.schema import (
     load_raw_haystack,
     normalise,
 )
-from pipeline.config import OpenAIJudge, OpenAIModel, Params, PublishedJudge, PublishedModel
+from pipeline.config import (
+    BaselineModel,
+    LocalJudge,
+    OpenAIJudge,
+    OpenAIModel,
+    Params,
+    PublishedJudge,
+    PublishedModel,
+)
 from pipeline.errors import ConfigError, DataError, StageFailed
 from pipeline.io import (
     atomic_write_text,
@@ -137,6 +146,9 @@ def generate(
         report = _no_usage(generate_stage(model))
     elif isinstance(spec, OpenAIModel):
         gens, report = _generate_llm(params, model, spec, dataset, root)
+    elif isinstance(spec, BaselineModel):
+        gens = generation.baseline_generations(params, model, spec, dataset)
+        report = _no_usage(generate_stage(model))
     else:  # pragma: no cover - exhaustive over ModelSpec
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run summhay")
     write_jsonl(out, gens)
@@ -243,6 +255,18 @@ def judge(
         report = _no_usage(stage)
     elif isinstance(spec, OpenAIJudge):
         js, report = _judge_llm(params, model, judge_name, spec, dataset, gens, root or Path.cwd())
+    elif isinstance(spec, LocalJudge):
+        from pipeline.benchmarks.summhay.local_judge import judge_generations
+
+        started = time.perf_counter()
+        js = judge_generations(judge_name, spec, dataset, gens, root or Path.cwd())
+        report = _no_usage(stage).model_copy(
+            update={
+                "items": len(js),
+                "ok": len(js),
+                "wall_s": round(time.perf_counter() - started, 3),
+            }
+        )
     else:  # pragma: no cover - exhaustive over JudgeSpec
         raise ConfigError(f"judges.{judge_name}: provider {spec.provider!r} cannot judge summhay")
     write_jsonl(out, js)
@@ -363,6 +387,23 @@ def _judge_llm(
             )
         )
     return js, report
+
+
+# ---------------------------------------------------------------- local judge training
+
+
+def train_local_judge(
+    params: Params,
+    judge_name: str,
+    data_dir: Path,
+    eval_path: Path,
+    out: Path,
+    metrics_path: Path,
+    root: Path | None = None,
+) -> dict[str, Any]:
+    from pipeline.benchmarks.summhay.local_judge import train
+
+    return train(params, judge_name, data_dir, eval_path, out, metrics_path, root or Path.cwd())
 
 
 # ---------------------------------------------------------------- aggregate

@@ -734,10 +734,31 @@ def run(
 def judge_annotated_other(
     params: Any, name: str, samples: Sequence[Sample], root: Path
 ) -> tuple[dict[str, dict[str, Label | None]], str]:
-    spec = params.judges[name]
+    """A judge that needs no server (`provider: local`) on the annotated summaries: labels and
+    the model file's hash. Bullets are split as everywhere else (`Sample.bullets`)."""
+    from pipeline.config import LocalJudge
     from pipeline.errors import ConfigError
 
-    raise ConfigError(f"judges.{name}: provider {spec.provider!r} cannot score annotated summaries")
+    spec = params.judges[name]
+    if not isinstance(spec, LocalJudge):
+        raise ConfigError(
+            f"judges.{name}: provider {spec.provider!r} cannot score annotated summaries"
+        )
+    from pipeline.judges.embeddings import default_cache_path
+    from pipeline.judges.local import LocalJudge as Model
+
+    judge = Model.load(
+        root / spec.model_path, cache=default_cache_path(root) if spec.embedding_cache else None
+    )
+    verdicts = judge.judge_many([([t for _, t in s.insights], s.bullets) for s in samples])
+    judge.embedder.close()
+    out: dict[str, dict[str, Label | None]] = {}
+    for s, vs in zip(samples, verdicts, strict=True):
+        out[s.sample_id] = {
+            iid: _label_of_verdict(v.label, v.bullet, True)
+            for (iid, _), v in zip(s.insights, vs, strict=True)
+        }
+    return out, judge.sha
 
 
 def meta_of_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

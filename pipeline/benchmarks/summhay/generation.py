@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.benchmarks.summhay.schema import Haystack, Subtopic
-from pipeline.config import OpenAIModel, Params
+from pipeline.config import BaselineModel, OpenAIModel, Params
 from pipeline.llm.client import ChatRequest, ChatResult
 from pipeline.prompts import Prompt, load_prompt
 from pipeline.records import Generation, Usage, generation_id
@@ -135,3 +135,49 @@ def to_record(model: str, spec: OpenAIModel, planned: Planned, result: ChatResul
         usage=usage,
         meta=meta,
     )
+
+
+def baseline_generations(
+    params: Params, model: str, spec: BaselineModel, dataset: Sequence[Haystack]
+) -> list[Generation]:
+    """Summaries of a no-model baseline (pipeline/baselines.py) over the same contexts an LLM
+    would see; each bullet cites the positions of the documents its sentence comes from."""
+    from pipeline.baselines import Doc, extractive, lead
+    from pipeline.retrieval.context import build_context, retrieval_query
+
+    summarize = lead if spec.kind == "lead" else extractive
+    system = spec.system or model
+    out = []
+    for hay in dataset:
+        for sub in hay.subtopics:
+            for setting in spec.settings:
+                ctx = build_context(
+                    hay,
+                    sub,
+                    setting,
+                    budget_tokens=params.summhay.rag_budget_tokens
+                    if not setting.startswith("full")
+                    else None,
+                    seed=params.seed,
+                )
+                docs = [Doc(d.position, d.text) for d in ctx.documents]
+                text = summarize(retrieval_query(sub), docs, spec.bullets or n_insights(sub))
+                out.append(
+                    Generation(
+                        benchmark="summhay",
+                        item_id=sub.item_id,
+                        model=model,
+                        system=system,
+                        setting=setting,
+                        status="ok" if text else "error",
+                        text=text or None,
+                        error=None if text else "no sentence to extract",
+                        meta={
+                            "baseline": spec.kind,
+                            "prompt_sha": f"baseline-{spec.kind}",
+                            "context_docs": [d.position for d in ctx.documents],
+                            "context_tokens": ctx.n_tokens,
+                        },
+                    )
+                )
+    return out

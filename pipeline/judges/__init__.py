@@ -1,0 +1,1 @@
+"""Judges that run without a model server (the `local` provider)."""
