@@ -121,7 +121,12 @@ def evaluate(proba: np.ndarray, m: Matrix) -> dict[str, Any]:
 
 
 def leave_one_group_out(m: Matrix, *, c: float, class_weight: str | None) -> dict[str, Any]:
-    """Fit on all groups but one, evaluate on that one; pooled and per held-out group."""
+    """Fit on all groups but one, evaluate on that one; pooled and per held-out group.
+
+    With a single group there is nothing to hold out: the result says so instead of fitting
+    on nothing."""
+    if len(set(m.groups.tolist())) < 2:
+        return {"pooled": None, "per_group": {}, "skipped": "needs two or more haystacks"}
     proba = np.zeros((len(m.y), 3))
     per_group = {}
     for g in sorted(set(m.groups.tolist())):

@@ -44,6 +44,9 @@ def _slice(params: dict[str, Any]) -> None:
     params["long2rag"]["derived"]["haystacks"] = SLICE["haystacks"]
     params["long2rag"]["derived"]["subtopics"] = 3
     params["long2rag"]["settings"] = ["long_context", "rag_512"]
+    params["long2rag"]["models"] = ["l2r-lead"]  # the no-model lead and lexical judge: fast
+    params["long2rag"]["judges"] = ["l2r-overlap"]
+    params["judges"]["local"]["train"]["haystacks"] = ["news1"]  # a small, real training run
 
 
 def _commit(proj: Path, msg: str) -> None:

@@ -22,7 +22,14 @@ from pipeline.errors import DataError
 from pipeline.judges.embeddings import Embedder, EmbeddingCache, text_key
 from pipeline.judges.features import FEATURE_NAMES, clean_text, numbers, unit_rows
 from pipeline.judges.local import LocalJudge
-from pipeline.judges.train import LabelledCase, build_matrix, fit, model_file
+from pipeline.judges.train import (
+    LabelledCase,
+    Matrix,
+    build_matrix,
+    fit,
+    leave_one_group_out,
+    model_file,
+)
 from tests.conftest import mini_haystack
 
 # ---------------------------------------------------------------- features
@@ -314,3 +321,16 @@ def test_agreement_stage_scores_annotated_summaries_with_the_local_judge(tmp_pat
     got = out[samples[0].sample_id]
     assert got["i1"] == Label("FULL", 3) == samples[0].human["i1"]
     assert got["i2"] == Label("NO", None)
+
+
+def test_leave_one_haystack_out_needs_two_haystacks() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, len(FEATURE_NAMES)))
+    y = np.arange(30) % 3
+    zeros = np.zeros(30, dtype=int)
+    one = Matrix(x, y, np.array(["news1"] * 30), zeros, zeros)
+    assert leave_one_group_out(one, c=1.0, class_weight=None)["pooled"] is None
+    two = Matrix(x, y, np.array(["news1", "news2"] * 15), zeros, zeros)
+    result = leave_one_group_out(two, c=1.0, class_weight=None)
+    assert set(result["per_group"]) == {"news1", "news2"}
+    assert result["pooled"]["n"] == 30

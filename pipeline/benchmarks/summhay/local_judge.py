@@ -218,8 +218,8 @@ def train(
     out.write_text(model_file(model, meta), encoding="utf-8")
     write_json(metrics_path, metrics)
     log.info(
-        "local judge: LOHO kappa %.3f vs GPT-4o; held-out %s kappa %s; wrote %s",
-        logo["pooled"]["kappa"],
+        "local judge: LOHO kappa %s vs GPT-4o; held-out %s kappa %s; wrote %s",
+        logo["pooled"]["kappa"] if logo["pooled"] else logo.get("skipped"),
         ",".join(heldout_ids) or "-",
         metrics.get("vs_gpt4o_heldout", {}).get("kappa"),
         out,
