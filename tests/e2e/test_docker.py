@@ -239,7 +239,9 @@ def test_llm_stages_in_container_reach_a_loopback_server(
         )
         served = [r for r in srv.log() if r["served"]]
     assert "runtime docker" in out.stderr
-    assert len(served) == 4 + 4  # 2 subtopics x 2 settings, then one batched judge call each
+    # 2 subtopics x 2 settings, one batched judge call each, and the agreement stage's batched
+    # calls on the first annotated summaries
+    assert len(served) == 4 + 4 + llm.AGREEMENT_SAMPLES
     gens = llm._jsonl(project / "generations/summhay/tiny.jsonl")
     assert len(gens) == 4 and all(g["status"] == "ok" for g in gens)
     records = _records(project)

@@ -59,7 +59,13 @@ def _configure(
     builtin_judges = {
         k: v for k, v in params["judges"].items() if v["provider"] == "long2rag-overlap"
     }
+    # The local judge's training stage is always in the DAG: keep it, on one haystack.
+    local = params["judges"]["local"]
+    local["train"]["haystacks"] = ["news1"]
+    builtin_judges["local"] = local
     params["long2rag"]["derived"].update(haystacks=["news1"], subtopics=1)
+    params["long2rag"]["models"] = list(builtin_models)
+    params["long2rag"]["judges"] = [k for k in builtin_judges if k != "local"]
     params["models"] = {
         **builtin_models,
         "tiny": {
@@ -314,7 +320,7 @@ def test_faults_every_item_completes_once(project: Path, tmp_path: Path) -> None
     assert len(gens) == 8 and all(g["status"] == "ok" for g in gens)
     js = _jsonl(project / "judgements/summhay/tiny/llm-batch.jsonl")
     assert len(js) == 8 and all(j["status"] == "ok" for j in js)
-    assert len(served) == 8 + 8
+    assert len(served) == 8 + 8 + AGREEMENT_SAMPLES  # + the agreement stage, batched
     usage = _usage(project / "generations/summhay/tiny.usage.json")
     assert usage["retries"] >= 1 and usage["errors"] == 0
 
@@ -334,7 +340,14 @@ def test_garbage_judge_is_counted_invalid_not_scored(project: Path, tmp_path: Pa
     report = (project / "reports/summhay.md").read_text()
     assert "invalid" in report.lower()
     usage = _usage(project / "judgements/summhay/tiny/llm.usage.json")
-    assert usage["requests_sent"] == n_judge_calls == 2 * n  # each: one call and one repair
+    assert usage["requests_sent"] == 2 * n  # each: one call and one repair
+    # The agreement stage met the same garbage on the annotated summaries: counted, not scored.
+    labels = json.loads((project / "data/summhay/eval_benchmark_data.json").read_text())
+    n_agree = sum(len(x["reference_insights"]) for x in labels[:AGREEMENT_SAMPLES])
+    assert n_judge_calls == 2 * n + 2 * n_agree
+    agreement = json.loads((project / "metrics/agreement.json").read_text())["rows"]
+    [row] = [r for r in agreement if r["judge"] == "llm" and r["reference"] == "human"]
+    assert row["n"] == 0 and row["n_invalid"] == n_agree and row["cohen_kappa"] is None
 
 
 def test_repaired_answers_are_not_invalid(project: Path, tmp_path: Path) -> None:
