@@ -162,3 +162,23 @@ def project(tmp_path: Path, mirror: Path) -> Path:
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], dest)
     run(["lfbench", "data", "fetch", "--mirror", str(mirror)], dest)
     return dest
+
+
+def keep_builtin_entries(
+    params: dict[str, Any], haystack: str = "news1"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The no-model entries every default DAG needs when a test replaces `models`/`judges`.
+
+    The Long2RAG stages score the models and judges that long2rag.models/judges name (by default
+    the no-model baselines, the local and the overlap judge), and the local judge's training stage
+    is always in the DAG. This keeps those entries, shrinks Long2RAG to one subtopic of one
+    haystack and the local judge's training to that haystack. Returns (models, judges) to merge
+    into the test's own.
+    """
+    models = {k: params["models"][k] for k in params["long2rag"]["models"]}
+    judges = {k: params["judges"][k] for k in params["long2rag"]["judges"]}
+    local = copy.deepcopy(params["judges"]["local"])
+    local["train"]["haystacks"] = [haystack]
+    judges["local"] = local
+    params["long2rag"]["derived"].update(haystacks=[haystack], subtopics=1)
+    return models, judges

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path(os.environ.get("LFBENCH_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("LFBENCH_CHROMEDRIVER", "/usr/bin/chromedriver"))
 ARTIFACTS = ROOT / "test-artifacts"
+JUDGE = "published-gpt-4o"  # the default params score each run with this and the local judge
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -165,14 +166,11 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
 
     # What the UI must show, from the pipeline's own outputs and the store.
     rows = json.loads((project / "metrics/summhay.json").read_text())["rows"]
-    row = next(r for r in rows if r["system"] == "gpt-4o" and r["setting"] == "oracle")
-    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("summhay")
-    (mlrun,) = client.search_runs(
-        [exp.experiment_id],
-        filter_string="tags.`lfbench.current` = 'true' and params.system = 'gpt-4o' "
-        "and params.setting = 'oracle'",
+    row = next(
+        r for r in rows if (r["system"], r["setting"], r["judge"]) == ("gpt-4o", "oracle", JUDGE)
     )
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    mlrun = client.get_run(_run_id(project, "gpt-4o", "oracle"))
     tags = mlrun.data.tags
 
     # Home page -> the "Model training" view -> the benchmark's experiment -> its runs table.
@@ -189,7 +187,7 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
     d.save_screenshot(str(ARTIFACTS / "mlflow-ui-runs.png"))
 
     # The run page: metrics with the values of metrics/summhay.json, params, lineage tags.
-    click("//a[starts-with(normalize-space(.), 'gpt-4o / oracle / published-gpt-4o')]")
+    click(f"//a[starts-with(normalize-space(.), 'gpt-4o / oracle / {JUDGE}')]")
     wait_text("dataset.digest")
     page = body()
     lines = page.splitlines()
@@ -225,7 +223,8 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
     print(f"screenshots: {shot} and mlflow-ui-{{runs,metrics,plot}}.png beside it")
 
 
-def _run_id(project: Path, system: str, setting: str) -> str:
+def _run_id(project: Path, system: str, setting: str, judge: str = JUDGE) -> str:
+    """The one current run of (system, setting) scored by `judge` (each judge has its own)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
@@ -233,14 +232,14 @@ def _run_id(project: Path, system: str, setting: str) -> str:
     (r,) = client.search_runs(
         [exp.experiment_id],
         filter_string=f"tags.`lfbench.current` = 'true' and params.system = '{system}' "
-        f"and params.setting = '{setting}'",
+        f"and params.setting = '{setting}' and params.judge = '{judge}'",
     )
     return str(r.info.run_id)
 
 
 def test_compare_two_real_runs(store: Path) -> None:
     rows = json.loads((store / "metrics/summhay.json").read_text())["rows"]
-    cell = {(r["system"], r["setting"]): r for r in rows}
+    cell = {(r["system"], r["setting"]): r for r in rows if r["judge"] == JUDGE}
     a, b = _run_id(store, "gpt-4o", "full"), _run_id(store, "gpt-4o", "oracle")
     res = json.loads(run(["lfbench", "compare", a, b, "--json"], store).stdout)
     assert res["params"] == {"setting": ["full", "oracle"]}

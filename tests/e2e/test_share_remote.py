@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from pipeline.llm.testserver import TestServer
-from tests.conftest import BIN, ROOT, run
+from tests.conftest import BIN, ROOT, keep_builtin_entries, run
 
 pytestmark = pytest.mark.slow
 
@@ -149,11 +149,12 @@ def _configure(clone: Path, base_url: str) -> None:
         "timeout_s": 10,
     }
     params["runtime"] = "local"
-    params["models"] = {
+    builtin_models, builtin_judges = keep_builtin_entries(params)
+    params["models"] = builtin_models | {
         "published": {**params["models"]["published"], "systems": ["gpt-4o"]},
         "tiny": {**endpoint, "model": "tiny-summarizer", "settings": ["oracle"]},
     }
-    params["judges"] = {
+    params["judges"] = builtin_judges | {
         "published-gpt-4o": params["judges"]["published-gpt-4o"],
         "llm": {**endpoint, "model": "tiny-judge", "mode": "batched"},
     }
