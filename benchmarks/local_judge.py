@@ -11,7 +11,8 @@ with the trained model and prints one JSON line:
   verdicts, and the embedding of any text not cached;
 - `encoder`: MiniLM throughput (texts/s) on a sample of `--cold-sample` distinct bullets, and
   the cold time it implies for all distinct texts (`cold_estimate_s`);
-- `cold` (only with `--cold-full`): the whole run with an empty cache, measured.
+- `cold` (only with `--cold-full`): the whole run with an empty cache, measured (the encoder in
+  `embed_workers` processes of one BLAS thread each; LFBENCH_EMBED_WORKERS=1 for one).
 
 The machine is shared; `loadavg` is recorded with the figures.
 """
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.benchmarks.summhay.local_judge import published_cases  # noqa: E402
-from pipeline.judges.embeddings import Embedder, default_cache_path  # noqa: E402
+from pipeline.judges.embeddings import Embedder, default_cache_path, workers  # noqa: E402
 from pipeline.judges.features import clean_text  # noqa: E402
 from pipeline.judges.local import LocalJudge  # noqa: E402
 
@@ -52,6 +53,7 @@ def main() -> None:
     out: dict[str, object] = {
         "benchmark": "local_judge",
         "cpus": os.cpu_count(),
+        "embed_workers": workers(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
         "summaries": len(cases),
         "judgements": n_judgements,
@@ -90,10 +92,13 @@ def main() -> None:
             t0 = time.perf_counter()
             cold.judge_many(pairs)
             cold_s = time.perf_counter() - t0
+            embedded = cold.embedder.computed
             cold.embedder.close()
         out["cold"] = {
             "seconds": round(cold_s, 1),
+            "minutes": round(cold_s / 60, 2),
             "judgements_per_s": round(n_judgements / cold_s, 1),
+            "texts_embedded": embedded,
         }
     out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out))

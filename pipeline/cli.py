@@ -19,8 +19,9 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -29,6 +30,8 @@ from pipeline import benchmarks as registry
 from pipeline.config import load_params, load_yaml
 from pipeline.errors import LfbenchError, StageFailed
 from pipeline.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-local-judge")
 log = logging.getLogger("lfbench")
@@ -43,6 +46,23 @@ def _setup_logging(verbose: bool) -> None:
     )
     for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def params_option(f: F) -> F:
+    """`--params FILE` (params.yaml by default), as every command takes it."""
+    return click.option(
+        "--params",
+        "params_path",
+        type=click.Path(path_type=Path),
+        default=Path("params.yaml"),
+        show_default=True,
+    )(f)
+
+
+def path_option(flag: str, dest: str | None = None) -> Callable[[F], F]:
+    """A required path option (`--out`, `--dataset`, ...)."""
+    decls = (flag, dest) if dest else (flag,)
+    return click.option(*decls, type=click.Path(path_type=Path), required=True)
 
 
 @click.group()
@@ -134,15 +154,9 @@ def _params(path: Path):  # type: ignore[no-untyped-def]
 
 @stage.command("construct")
 @click.option("--benchmark", required=True)
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@path_option("--data", "data_dir")
+@path_option("--out")
+@params_option
 def stage_construct(benchmark: str, data_dir: Path, out: Path, params_path: Path) -> None:
     """Raw data -> a validated, normalised dataset."""
     registry.get(benchmark).construct(_params(params_path), data_dir, out)
@@ -151,16 +165,10 @@ def stage_construct(benchmark: str, data_dir: Path, out: Path, params_path: Path
 @stage.command("generate")
 @click.option("--benchmark", required=True)
 @click.option("--model", required=True)
-@click.option("--dataset", type=click.Path(path_type=Path), required=True)
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@path_option("--dataset")
+@path_option("--data", "data_dir")
+@path_option("--out")
+@params_option
 def stage_generate(
     benchmark: str, model: str, dataset: Path, data_dir: Path, out: Path, params_path: Path
 ) -> None:
@@ -172,17 +180,11 @@ def stage_generate(
 @click.option("--benchmark", required=True)
 @click.option("--model", required=True)
 @click.option("--judge", "judge_name", required=True)
-@click.option("--dataset", type=click.Path(path_type=Path), required=True)
-@click.option("--generations", type=click.Path(path_type=Path), required=True)
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@path_option("--dataset")
+@path_option("--generations")
+@path_option("--data", "data_dir")
+@path_option("--out")
+@params_option
 def stage_judge(
     benchmark: str,
     model: str,
@@ -202,7 +204,7 @@ def stage_judge(
 @stage.command("train-local-judge")
 @click.option("--benchmark", required=True)
 @click.option("--judge", "judge_name", required=True)
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True)
+@path_option("--data", "data_dir")
 @click.option(
     "--annotated",
     "eval_path",
@@ -210,15 +212,9 @@ def stage_judge(
     required=True,
     help="the human-annotated set; its haystacks are never trained on",
 )
-@click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option("--metrics", type=click.Path(path_type=Path), required=True)
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@path_option("--out")
+@path_option("--metrics")
+@params_option
 def stage_train_local_judge(
     benchmark: str,
     judge_name: str,
@@ -236,24 +232,18 @@ def stage_train_local_judge(
 
 @stage.command("aggregate")
 @click.option("--benchmark", required=True)
-@click.option("--dataset", type=click.Path(path_type=Path), required=True)
-@click.option("--generations", "generations_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--judgements", "judgements_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--metrics", type=click.Path(path_type=Path), required=True)
+@path_option("--dataset")
+@path_option("--generations", "generations_dir")
+@path_option("--judgements", "judgements_dir")
+@path_option("--metrics")
 @click.option(
     "--summary",
     type=click.Path(path_type=Path),
     required=True,
     help="Nested {domain/judge/mode: {system/setting: scores}} for dvc metrics diff.",
 )
-@click.option("--report", type=click.Path(path_type=Path), required=True)
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@path_option("--report")
+@params_option
 @click.option(
     "--track/--no-track", default=True, show_default=True, help="Log one MLflow run per result row."
 )
@@ -301,7 +291,7 @@ def _agreement_options(f):  # type: ignore[no-untyped-def]
                 required=True,
                 help="The human labels (SummHay: eval_benchmark_data.json).",
             ),
-            click.option("--out", type=click.Path(path_type=Path), required=True),
+            path_option("--out"),
             click.option(
                 "--judgements",
                 "judgements_dir",
@@ -320,13 +310,7 @@ def _agreement_options(f):  # type: ignore[no-untyped-def]
             click.option(
                 "--track/--no-track", default=True, show_default=True, help="Log MLflow runs."
             ),
-            click.option(
-                "--params",
-                "params_path",
-                type=click.Path(path_type=Path),
-                default=Path("params.yaml"),
-                show_default=True,
-            ),
+            params_option,
         ]
     ):
         f = opt(f)
@@ -386,13 +370,7 @@ def agreement_command(**kwargs: Any) -> None:
 )
 @click.argument("stage_name", type=click.Choice(STAGES))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@params_option
 def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
     """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
     from pipeline import containers
@@ -448,13 +426,7 @@ def image() -> None:
     show_default=True,
     help="Where to write the image record (DVC output of the `image` stage).",
 )
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@params_option
 @click.option("--base", default=None, help="Base image (default: $LFBENCH_BASE_IMAGE or the pin).")
 @click.option("--tag", default="lfbench:latest", show_default=True)
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
@@ -491,13 +463,7 @@ def image_build(out: Path, params_path: Path, base: str | None, tag: str, no_cac
 
 @cli.command()
 @click.argument("benchmark")
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@params_option
 def track(benchmark: str, params_path: Path) -> None:
     """Re-log the MLflow runs of a benchmark from its outputs (e.g. after `dvc pull`)."""
     if benchmark not in ("summhay", "long2rag"):
@@ -580,13 +546,7 @@ def compare(run_a: str, run_b: str, resamples: int, seed: int, as_json: bool) ->
     show_default=True,
     help="Folder for report.html and report.md.",
 )
-@click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-)
+@params_option
 def report(out: Path, params_path: Path) -> None:
     """One self-contained HTML (and markdown) report of the results in metrics/*.json."""
     from pipeline.report import build_report

@@ -29,6 +29,19 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HAYSTACKS = tuple([f"news{i}" for i in range(1, 6)] + [f"conv{i}" for i in range(1, 6)])
 
 
+def _no_repeats(**lists: list[str]) -> None:
+    """Each list names every entry once (a repeated model, judge or setting is a typo)."""
+    for label, names in lists.items():
+        if len(set(names)) != len(names):
+            raise ValueError(f"{label} lists a name twice: {names}")
+
+
+def _known(label: str, names: list[str], known: tuple[str, ...] | list[str]) -> None:
+    for n in names:
+        if n not in known:
+            raise ValueError(f"unknown {label} {n!r}; known: {', '.join(known)}")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,11 +104,8 @@ class OpenAIModel(EndpointConfig):
 
     @model_validator(mode="after")
     def _check_settings(self) -> OpenAIModel:
-        for s in self.settings:
-            if s not in CONTEXT_SETTINGS:
-                raise ValueError(f"unknown setting {s!r}; known: {', '.join(CONTEXT_SETTINGS)}")
-        if len(set(self.settings)) != len(self.settings):
-            raise ValueError(f"settings lists a name twice: {self.settings}")
+        _known("setting", self.settings, CONTEXT_SETTINGS)
+        _no_repeats(settings=self.settings)
         return self
 
 
@@ -128,11 +138,8 @@ class BaselineModel(Strict):
 
     @model_validator(mode="after")
     def _check_settings(self) -> BaselineModel:
-        for s in self.settings:
-            if s not in CONTEXT_SETTINGS:
-                raise ValueError(f"unknown setting {s!r}; known: {', '.join(CONTEXT_SETTINGS)}")
-        if len(set(self.settings)) != len(self.settings):
-            raise ValueError(f"settings lists a name twice: {self.settings}")
+        _known("setting", self.settings, CONTEXT_SETTINGS)
+        _no_repeats(settings=self.settings)
         return self
 
 
@@ -281,16 +288,8 @@ class SummhayParams(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SummhayParams:
-        for h in self.haystacks:
-            if h not in HAYSTACKS:
-                raise ValueError(f"unknown haystack {h!r}; known: {', '.join(HAYSTACKS)}")
-        for label, names in (
-            ("haystacks", self.haystacks),
-            ("models", self.models),
-            ("judges", self.judges),
-        ):
-            if len(set(names)) != len(names):
-                raise ValueError(f"{label} lists a name twice: {names}")
+        _known("haystack", self.haystacks, HAYSTACKS)
+        _no_repeats(haystacks=self.haystacks, models=self.models, judges=self.judges)
         return self
 
 
@@ -318,11 +317,8 @@ class Long2ragDerived(Strict):
     @field_validator("haystacks")
     @classmethod
     def _known(cls, hs: list[str]) -> list[str]:
-        for h in hs:
-            if h not in HAYSTACKS:
-                raise ValueError(f"unknown haystack {h!r}; known: {', '.join(HAYSTACKS)}")
-        if len(set(hs)) != len(hs):
-            raise ValueError(f"haystacks lists a name twice: {hs}")
+        _known("haystack", hs, HAYSTACKS)
+        _no_repeats(haystacks=hs)
         return hs
 
 
@@ -399,13 +395,7 @@ class Long2ragParams(Strict):
         for s in self.settings:
             if not LONG2RAG_SETTING_RE.match(s):
                 raise ValueError(f"unknown setting {s!r}; use long_context or rag_<budget tokens>")
-        for label, names in (
-            ("settings", self.settings),
-            ("models", self.models),
-            ("judges", self.judges),
-        ):
-            if len(set(names)) != len(names):
-                raise ValueError(f"{label} lists a name twice: {names}")
+        _no_repeats(settings=self.settings, models=self.models, judges=self.judges)
         return self
 
 

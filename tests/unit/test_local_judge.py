@@ -334,3 +334,25 @@ def test_leave_one_haystack_out_needs_two_haystacks() -> None:
     result = leave_one_group_out(two, c=1.0, class_weight=None)
     assert set(result["per_group"]) == {"news1", "news2"}
     assert result["pooled"]["n"] == 30
+
+
+def test_vectors_do_not_depend_on_the_number_of_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each text is encoded alone on one BLAS thread: computed in this process, in 2 worker
+    processes, or read back from the cache, a vector has the same bits."""
+    texts = [f"Sentence number {i} about {w}." for i, w in enumerate(["rain", "tax", "AI"] * 30)]
+    monkeypatch.setenv("LFBENCH_EMBED_WORKERS", "1")
+    serial = Embedder(tmp_path / "a.sqlite", chunk=16)
+    one = serial.embed(texts)
+    monkeypatch.setenv("LFBENCH_EMBED_WORKERS", "2")
+    parallel = Embedder(tmp_path / "b.sqlite", chunk=16)
+    two = parallel.embed(texts)
+    assert serial.computed == parallel.computed == len(set(texts)) == 90
+    assert np.array_equal(one, two)
+    reread = Embedder(tmp_path / "b.sqlite")
+    assert np.array_equal(reread.embed(texts), two) and reread.computed == 0
+    assert np.allclose(np.linalg.norm(two, axis=1), 1.0, atol=2e-3)
+    monkeypatch.setenv("LFBENCH_EMBED_WORKERS", "two")
+    with pytest.raises(ValueError, match="LFBENCH_EMBED_WORKERS"):
+        Embedder(None).embed(["one more text"] * 100 + [f"t{i}" for i in range(100)])

@@ -189,3 +189,33 @@ def test_labels_file_level_errors(tmp_path: Path) -> None:
     other["predictions_judgeB"] = other.pop("predictions_judgeA")
     with pytest.raises(DataError, match="different judges' predictions: judgeA, judgeB"):
         load_labels(_write(tmp_path, [SAMPLE, other]))
+
+
+def _params_with(judges: dict[str, Any]) -> Any:
+    from pipeline.config import Params, load_yaml
+
+    raw = load_yaml(Path(__file__).resolve().parents[2] / "params.yaml")
+    raw["judges"] = judges
+    raw["summhay"]["judges"] = list(judges)
+    raw["summhay"]["models"] = ["published"]
+    del raw["long2rag"]
+    raw["summhay"]["agreement"] = {"bootstrap_resamples": 0, "judge_vs_judge": False}
+    return Params.model_validate(raw)
+
+
+def test_a_replayed_judge_is_rated_by_its_proxy(mirror: Path, tmp_path: Path) -> None:
+    """published-gpt-4o cannot score the annotated summaries; its row is that of the released
+    predictions its `agreement_proxy` names, and a proxy the file lacks is an error."""
+    from pipeline.benchmarks.summhay.agreement import run
+
+    labels = mirror / "summhay" / "eval_benchmark_data.json"
+    spec = {"provider": "published", "benchmark": "summhay", "agreement_proxy": "prompted_gpt-4o"}
+    rows = run(_params_with({"pub": spec}), labels, tmp_path / "a.json", track=False)
+    by_judge = {r["judge"]: r for r in rows}
+    mine, released = by_judge["pub"], by_judge["prompted_gpt-4o"]
+    assert mine["cohen_kappa"] == released["cohen_kappa"] and mine["n"] == 1419
+    assert round(mine["pearson"], 3) == paper.TABLE1["prompted_gpt-4o"][0]
+    assert "prompted_gpt-4o" in mine["source"]
+    bad = {**spec, "agreement_proxy": "prompted_gpt-5"}
+    with pytest.raises(DataError, match="prompted_gpt-5"):
+        run(_params_with({"pub": bad}), labels, tmp_path / "b.json", track=False)

@@ -16,18 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline import __version__
 from pipeline.benchmarks.long2rag import construction, derived, generation, judging
 from pipeline.benchmarks.long2rag.aggregate import ROW_KEYS, Run, agreement_rows, build_rows
 from pipeline.benchmarks.long2rag.aggregate import row_key as _row_key
 from pipeline.benchmarks.long2rag.report import plot_png, render
 from pipeline.benchmarks.long2rag.schema import Question, load_questions
-from pipeline.benchmarks.summhay import _finish_llm_stage, _no_usage, _read_usage, usage_path
 from pipeline.benchmarks.summhay.judging import ParseError
 from pipeline.config import Long2ragParams, OpenAIJudge, OpenAIModel, Params
 from pipeline.errors import ConfigError, DataError, StageFailed
 from pipeline.io import atomic_write_text, file_digest, read_jsonl, write_json, write_jsonl
-from pipeline.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
 from pipeline.llm.client import (
     ChatRequest,
     UsageReport,
@@ -38,6 +35,19 @@ from pipeline.llm.client import (
 )
 from pipeline.prompts import combined_sha, load_prompt
 from pipeline.records import Generation, Judgement, Usage, Verdict, generation_id
+from pipeline.stages import (
+    StageUsage,
+    collect_usage,
+    common_tags,
+    finish_llm_stage,
+    joined_sha,
+    llm_paths,
+    no_usage,
+    prompt_shas,
+    stage_md5_of,
+    usage_metrics,
+    usage_path,
+)
 from pipeline.tracking import RunSpec, SyncReport, sync
 
 NAME = "long2rag"
@@ -57,14 +67,6 @@ def judge_stage(model: str, judge: str) -> str:
     return f"long2rag-judge@{model}-{judge}"
 
 
-def llm_paths(root: Path, stage: str) -> tuple[Path, Path]:
-    safe = stage.replace("@", "_").replace("/", "_")
-    return (
-        root / ".lfbench" / "cache" / "llm.sqlite",
-        root / ".lfbench" / "journal" / f"{safe}.jsonl",
-    )
-
-
 def _l2(params: Params) -> Long2ragParams:
     if params.long2rag is None:
         raise ConfigError("params.yaml has no long2rag section")
@@ -81,7 +83,7 @@ def load_dataset(path: Path) -> list[Question]:
 def construct(params: Params, data_dir: Path, out: Path, root: Path | None = None) -> int:
     root = root or Path.cwd()
     l2 = _l2(params)
-    report: UsageReport = _no_usage(CONSTRUCT_STAGE)
+    report: UsageReport = no_usage(CONSTRUCT_STAGE)
     failures: list[tuple[str, str]] = []
     if l2.source == "summhay":
         d = l2.derived
@@ -138,7 +140,7 @@ def _construct_llm(
         endpoint, prompts.repair, cache, journal, CONSTRUCT_STAGE, json_mode=spec.json_mode
     )
     out, failures = construction.construct_key_points(qs, l2.construction, prompts, asker, name)
-    report = asker.report or _no_usage(CONSTRUCT_STAGE)
+    report = asker.report or no_usage(CONSTRUCT_STAGE)
     return out, report.model_copy(update={"label": CONSTRUCT_STAGE}), failures
 
 
@@ -191,19 +193,14 @@ def generate(
                     },
                 )
             )
-        report = _no_usage(stage)
+        report = no_usage(stage)
     else:
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run long2rag")
     write_jsonl(out, gens)
     write_usage(usage_path(out), report)
     log.info("wrote %s: %d answers", out, len(gens))
-    _finish(stage, root, report, [g for g in gens if g.status != "ok"])
+    finish_llm_stage(stage, root, report, [g for g in gens if g.status != "ok"])
     return len(gens)
-
-
-def _finish(stage: str, root: Path, report: UsageReport, failed: list[Any]) -> None:
-    """Log usage, fail on failed items, else clear the journal (same layout as SummHay's)."""
-    _finish_llm_stage(stage, root, report, failed)
 
 
 def _generate_llm(
@@ -310,14 +307,14 @@ def judge(
             _judgement(g, judge_name, sha, vs, Usage())
             for g, vs in zip(gens, verdicts, strict=True)
         ]
-        report = _no_usage(stage)
+        report = no_usage(stage)
     else:
         raise ConfigError(f"judges.{judge_name}: provider {spec.provider!r} cannot judge long2rag")
     write_jsonl(out, js)
     write_usage(usage_path(out), report)
     n_invalid = sum(1 for j in js for v in j.verdicts if v.status == "invalid")
     log.info("wrote %s: %d judgements, %d invalid verdicts", out, len(js), n_invalid)
-    _finish(stage, root, report, [j for j in js if j.status == "error"])
+    finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
     return len(js)
 
 
@@ -536,21 +533,9 @@ def aggregate(
     atomic_write_text(report_path, render(rows, agreement, note))
     log.info("wrote %s (%d rows) and %s", metrics_path, len(rows), report_path)
     if track:
-        usage = {}
-        for model in l2.models:
-            usage[("generate", model, "")] = _read_usage(generations_dir / f"{model}.usage.json")
-            for judge_name in l2.judges:
-                usage[("judge", model, judge_name)] = _read_usage(
-                    judgements_dir / model / f"{judge_name}.usage.json"
-                )
-        prompt_shas = {
-            (r.model, r.judge): sorted({j.judge_prompt_sha for j in r.judgements}) for r in runs
-        }
-        for r in runs:
-            prompt_shas[(r.model, "")] = sorted(
-                {str(g.meta.get("prompt_sha", "none")) for g in r.generations}
-            )
-        rep = log_to_mlflow(params, rows, details, prompt_shas, dataset_path, root, usage)
+        usage = collect_usage(l2.models, l2.judges, generations_dir, judgements_dir)
+        shas = prompt_shas(runs, generation_default="none")
+        rep = log_to_mlflow(params, rows, details, shas, dataset_path, root, usage)
         log.info(
             "mlflow: %d runs created, %d unchanged (skipped), %d superseded",
             rep.created,
@@ -580,14 +565,9 @@ def lineage_tags(
 ) -> dict[str, str]:
     """The same lineage as SummHay's runs (summhay.lineage_tags), for Long²RAG stages."""
     l2 = _l2(params)
-    git = git_info(root)
-    judge_entry = dvc_lock_entry(root, judge_stage(row["model"], row["judge"]))
-    gen_entry = dvc_lock_entry(root, generate_stage(row["model"]))
-    construct_entry = dvc_lock_entry(root, CONSTRUCT_STAGE)
     return {
         "benchmark": NAME,
         "benchmark.version": VERSION,
-        "lfbench.version": __version__,
         "setting": row["setting"],
         "model.name": row["system"],
         "model.entry": row["model"],
@@ -598,14 +578,11 @@ def lineage_tags(
         "model.prompt_sha": model_prompt_sha,
         "dataset.source": "derived:summhay" if l2.source == "summhay" else l2.source,
         "dataset.digest": file_digest(dataset_path),
-        "data.digest": dvc_file_md5(root / "data.dvc") or "unknown",
         "dvc.stage": judge_stage(row["model"], row["judge"]),
-        "dvc.stage_md5": stage_md5(judge_entry) if judge_entry else "unknown",
-        "dvc.generate_stage_md5": stage_md5(gen_entry) if gen_entry else "unknown",
-        "dvc.construct_stage_md5": stage_md5(construct_entry) if construct_entry else "unknown",
-        "git.commit": git.commit,
-        "git.dirty": "unknown" if git.dirty is None else str(git.dirty).lower(),
-        **runtime_tags(),
+        "dvc.stage_md5": stage_md5_of(root, judge_stage(row["model"], row["judge"])),
+        "dvc.generate_stage_md5": stage_md5_of(root, generate_stage(row["model"])),
+        "dvc.construct_stage_md5": stage_md5_of(root, CONSTRUCT_STAGE),
+        **common_tags(root),
     }
 
 
@@ -627,7 +604,7 @@ def log_to_mlflow(
     prompt_shas: dict[tuple[str, str], list[str]],
     dataset_path: Path,
     root: Path,
-    usage: dict[tuple[str, str, str], dict[str, float]] | None = None,
+    usage: StageUsage | None = None,
 ) -> SyncReport:
     usage = usage or {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -645,7 +622,7 @@ def _run_specs(
     prompt_shas: dict[tuple[str, str], list[str]],
     dataset_path: Path,
     root: Path,
-    usage: dict[tuple[str, str, str], dict[str, float]],
+    usage: StageUsage,
     tmp: Path,
 ) -> list[RunSpec]:
     """One MLflow run per row; each row's plot is written under `tmp` (one folder per row)."""
@@ -655,12 +632,7 @@ def _run_specs(
         plot = tmp / str(n) / PLOT_NAME
         plot.parent.mkdir(parents=True)
         plot.write_bytes(plot_png(row))
-        metrics = row_metrics(row)
-        for stage, u in (
-            ("generate", usage.get(("generate", row["model"], ""), {})),
-            ("judge", usage.get(("judge", row["model"], row["judge"]), {})),
-        ):
-            metrics |= {f"{stage}.{k}": v for k, v in u.items()}
+        metrics = row_metrics(row) | usage_metrics(usage, row)
         specs.append(
             RunSpec(
                 row_key="|".join(key),
@@ -670,10 +642,10 @@ def _run_specs(
                 tags=lineage_tags(
                     params,
                     row,
-                    ",".join(prompt_shas.get((row["model"], row["judge"]), [])) or "none",
+                    joined_sha(prompt_shas, row["model"], row["judge"]),
                     dataset_path,
                     root,
-                    ",".join(prompt_shas.get((row["model"], ""), [])) or "none",
+                    joined_sha(prompt_shas, row["model"]),
                 ),
                 artifacts={"questions.jsonl": details[key], "row.json": row},
                 files=[plot],

@@ -565,6 +565,7 @@ def judge_annotated_llm(
 ) -> tuple[dict[str, dict[str, Label | None]], float, str]:
     """Run an LLM judge on the annotated summaries: labels, cost in USD, prompt hash."""
     from pipeline.benchmarks import summhay
+    from pipeline.stages import finish_llm_stage
 
     gens, subs = annotated_inputs(samples)
     stage = agreement_stage(judge)
@@ -572,7 +573,7 @@ def judge_annotated_llm(
     js, report = summhay._judge_llm(
         params, "annotated", judge, spec, [], gens, root, subs=subs, stage=stage
     )
-    summhay._finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
+    finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
     by_item = {f"annotated:{s.sample_id}": s.sample_id for s in samples}
     out: dict[str, dict[str, Label | None]] = {}
     for j in js:
@@ -809,13 +810,15 @@ def log_agreement(
     plot_path: Path | None,
     root: Path,
 ) -> None:
-    from pipeline import __version__
     from pipeline.io import file_digest
-    from pipeline.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
+    from pipeline.stages import common_tags, stage_md5_of
     from pipeline.tracking import RunSpec, sync
 
-    git = git_info(root)
-    entry = dvc_lock_entry(root, "summhay-agreement")
+    lineage = common_tags(root) | {
+        "labels.digest": file_digest(labels_path),
+        "dvc.stage": "summhay-agreement",
+        "dvc.stage_md5": stage_md5_of(root, "summhay-agreement"),
+    }
     specs = []
     for row in rows:
         metrics: dict[str, float] = {}
@@ -828,19 +831,12 @@ def log_agreement(
         judge = row["judge"]
         tags = {
             "benchmark": "summhay",
-            "lfbench.version": __version__,
             "agreement.reference": row["reference"],
             "agreement.source": row["source"],
             "judge.name": judge,
             "judge.provider": str(row.get("judge_provider", "")),
             "judge.prompt_sha": str(meta.get(judge, {}).get("sha", "none")),
-            "labels.digest": file_digest(labels_path),
-            "data.digest": dvc_file_md5(root / "data.dvc") or "unknown",
-            "dvc.stage": "summhay-agreement",
-            "dvc.stage_md5": stage_md5(entry) if entry else "unknown",
-            "git.commit": git.commit,
-            "git.dirty": "unknown" if git.dirty is None else str(git.dirty).lower(),
-            **runtime_tags(),
+            **lineage,
         }
         specs.append(
             RunSpec(

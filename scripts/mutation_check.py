@@ -1,0 +1,120 @@
+"""Do the tests catch a broken metric? Break one line of the code at a time, run the tests that
+should notice, and report whether they failed (they must). The source is restored after each.
+
+    python scripts/mutation_check.py            # every mutation
+    python scripts/mutation_check.py kappa-w    # the ones whose name contains "kappa-w"
+
+Each mutation is a bug one could plausibly write: an off-by-one between the annotators' 0-based
+and the judges' 1-based bullets, linear weights where quadratic belong, Randolph's k from the
+labels seen, a question without key points counted as recall 0, the leakage guard switched off,
+a replayed judge rated by the wrong released predictions. Exit status 1 if any survives.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: str
+
+
+MUTATIONS = [
+    Mutation(
+        "linking-off-by-one",
+        "pipeline/benchmarks/summhay/agreement.py",
+        "hits.append(1.0 if j.link == r.link else 0.0)",
+        "hits.append(1.0 if j.link - 1 == r.link else 0.0)",
+        "tests/unit/test_summhay_agreement.py",
+    ),
+    Mutation(
+        "multi-link-counted-as-miss",
+        "pipeline/benchmarks/summhay/agreement.py",
+        "        if j.multi_link:\n            multi += 1\n            continue\n",
+        "        if j.multi_link:\n            multi += 1\n            hits.append(0.0)\n"
+        "            continue\n",
+        "tests/unit/test_summhay_agreement.py",
+    ),
+    Mutation(
+        "kappa-weights-quadratic-as-linear",
+        "pipeline/metrics/agreement.py",
+        "w = ((i - j) ** 2).astype(float)",
+        "w = np.abs(i - j).astype(float)",
+        "tests/unit/test_agreement.py",
+    ),
+    Mutation(
+        "randolph-k-from-observed-labels",
+        "pipeline/metrics/agreement.py",
+        "    table, cats = _count_table(ratings, categories)\n    k = len(cats)\n",
+        "    table, cats = _count_table(ratings, None)\n    k = len(cats)\n",
+        "tests/unit/test_agreement.py",
+    ),
+    Mutation(
+        "replayed-judge-wrong-proxy",
+        "pipeline/benchmarks/summhay/agreement.py",
+        "                judged[name] = judged[proxy]\n",
+        "                judged[name] = judged[published_judges(samples)[0]]\n",
+        "tests/unit/test_summhay_agreement.py",
+    ),
+    Mutation(
+        "kpr-excluded-question-as-zero",
+        "pipeline/benchmarks/long2rag/scoring.py",
+        "            excluded += 1\n            continue\n",
+        "            excluded += 1\n            recalls.append(0.0)\n            continue\n",
+        "tests/unit/test_long2rag_scoring.py",
+    ),
+    Mutation(
+        "leakage-guard-off",
+        "pipeline/benchmarks/summhay/local_judge.py",
+        "        if reasons:\n",
+        "        if reasons and False:\n",
+        "tests/unit/test_local_judge.py",
+    ),
+]
+
+
+def run(m: Mutation) -> tuple[bool, float]:
+    """(caught, seconds): apply, run the tests, restore."""
+    path = ROOT / m.file
+    original = path.read_text(encoding="utf-8")
+    if original.count(m.old) != 1:
+        raise SystemExit(f"{m.name}: the line to break is not in {m.file} exactly once")
+    start = time.monotonic()
+    try:
+        path.write_text(original.replace(m.old, m.new), encoding="utf-8")
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", m.tests],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        path.write_text(original, encoding="utf-8")
+    return proc.returncode != 0, time.monotonic() - start
+
+
+def main() -> int:
+    wanted = [m for m in MUTATIONS if not sys.argv[1:] or any(a in m.name for a in sys.argv[1:])]
+    survived = []
+    for m in wanted:
+        caught, secs = run(m)
+        print(f"{'caught  ' if caught else 'SURVIVED'} {m.name:36} {m.tests} ({secs:.0f} s)")
+        if not caught:
+            survived.append(m.name)
+    print(f"{len(wanted) - len(survived)} of {len(wanted)} mutations caught")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
