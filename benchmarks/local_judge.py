@@ -1,6 +1,6 @@
 """Speed of the local judge on the 78 published systems x 336 news insights.
 
-    python benchmarks/local_judge.py [--model models/local-judge/model.json] [--cold-sample 500]
+    python benchmarks/local_judge.py [--model models/local-judge/model.json] [--cold-sample 2000]
                                      [--cold-full]
 
 Judges every released news summary (5 haystacks, 3,276 summaries, 26,208 insight judgements)
@@ -9,8 +9,8 @@ with the trained model and prints one JSON line:
 - `warm`: the judge with the embedding cache (.lfbench/cache/embeddings.sqlite) as the pipeline
   leaves it after the training stage (which embeds the same bullets): features, classifier,
   verdicts, and the embedding of any text not cached;
-- `encoder`: MiniLM throughput (texts/s) on a sample of `--cold-sample` distinct bullets, and
-  the cold time it implies for all distinct texts (`cold_estimate_s`);
+- `encoder`: MiniLM throughput (texts/s, worker start-up included) on a sample of `--cold-sample`
+  distinct bullets, and the cold time it implies for all distinct texts (`cold_estimate_s`);
 - `cold` (only with `--cold-full`): the whole run with an empty cache, measured (the encoder in
   `embed_workers` processes of one BLAS thread each; LFBENCH_EMBED_WORKERS=1 for one).
 
@@ -40,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, default=ROOT / "models/local-judge/model.json")
     ap.add_argument("--data", type=Path, default=ROOT / "data/summhay")
-    ap.add_argument("--cold-sample", type=int, default=500)
+    ap.add_argument("--cold-sample", type=int, default=2000)
     ap.add_argument("--cold-full", action="store_true")
     args = ap.parse_args()
 

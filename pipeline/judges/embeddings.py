@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from pipeline.retrieval import dense
 
-ENCODER_ID = "all-MiniLM-L6-v2/numpy/first-window/per-text/1-blas-thread/f16"
+ENCODER_ID = "all-MiniLM-L6-v2/numpy-as-erf/first-window/per-text/1-blas-thread/f16"
 DIM = 384
 _BUSY_TIMEOUT_S = 60.0
 ENV_WORKERS = "LFBENCH_EMBED_WORKERS"

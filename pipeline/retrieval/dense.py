@@ -7,9 +7,10 @@ without any network access: no Hugging Face Hub call is ever made. The environme
 `LFBENCH_MINILM_DIR` can point at another copy of the same files.
 
 The forward pass is a plain numpy implementation of the BERT encoder the model uses (6 layers,
-hidden size 384, 12 heads, exact erf GELU, post-layer-norm), followed by what the
-sentence-transformers pipeline of this model does: mean pooling over the non-padding tokens and
-L2 normalisation. Tokenisation is the model's own WordPiece tokenizer through `tokenizers`.
+hidden size 384, 12 heads, erf GELU with erf to 1.5e-7 (see `_gelu`), post-layer-norm), followed
+by what the sentence-transformers pipeline of this model does: mean pooling over the non-padding
+tokens and L2 normalisation. Tokenisation is the model's own WordPiece tokenizer through
+`tokenizers`.
 
 Long texts. The model was trained on inputs of at most 256 word pieces (its
 `max_seq_length`). `embed` truncates each text to that window (as sentence-transformers does).
@@ -34,7 +35,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 from safetensors.numpy import load_file
-from scipy.special import erf
 from tokenizers import Tokenizer
 
 from pipeline.errors import LfbenchError
@@ -72,14 +72,41 @@ def model_dir() -> Path:
 _SQRT_HALF = np.float32(np.sqrt(0.5))
 
 
+# erfc(z) ~ t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2), t = 1 / (1 + p z), z >= 0:
+# Abramowitz & Stegun 7.1.26, absolute error under 1.5e-7. The GELU it gives is as close to the
+# float64 one as scipy's float32 erf (both within 5e-7 on activations up to 40) and 4x faster:
+# scipy computes erf in float64, one element at a time (it took 30% of the encoder's time).
+_AS_P = np.float32(0.3275911)
+_AS_A = tuple(
+    np.float32(a) for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+)
+
+
 def _gelu(x: Array) -> Array:
-    """Exact (erf) GELU, with a single temporary array (memory traffic dominates here)."""
-    t = x * _SQRT_HALF
-    erf(t, out=t)
+    """GELU, x (1 + erf(x / sqrt 2)) / 2, in float32 with two temporary arrays."""
+    z = np.abs(x)
+    z *= _SQRT_HALF
+    t = z * _AS_P
     t += np.float32(1.0)
-    t *= x
-    t *= np.float32(0.5)
-    return t
+    np.reciprocal(t, out=t)
+    a1, a2, a3, a4, a5 = _AS_A
+    e = t * a5
+    for a in (a4, a3, a2, a1):
+        e += a
+        e *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    e *= z  # erfc(|x| / sqrt 2)
+    # 1 + erf(x / sqrt 2) is 2 - e for x >= 0 and e for x < 0, i.e. e + 2 [x >= 0] (1 - e)
+    np.greater_equal(x, np.float32(0.0), out=z, casting="unsafe")  # z: the 0/1 mask
+    np.subtract(np.float32(1.0), e, out=t)
+    t *= z
+    t *= np.float32(2.0)
+    e += t
+    e *= x
+    e *= np.float32(0.5)
+    return e
 
 
 @dataclass(frozen=True)
@@ -174,9 +201,11 @@ class MiniLM:
     # -------------------------------------------------------------- forward pass
 
     def _layer_norm(self, x: Array, g: Array, b: Array) -> Array:
-        mean = x.mean(axis=-1, keepdims=True)
-        var = np.square(x - mean).mean(axis=-1, keepdims=True)
-        out: Array = (x - mean) / np.sqrt(var + self.eps) * g + b
+        out: Array = x - x.mean(axis=-1, keepdims=True)
+        var = np.einsum("...i,...i->...", out, out) / np.float32(out.shape[-1])
+        out *= (np.float32(1.0) / np.sqrt(var + np.float32(self.eps)))[..., None]
+        out *= g
+        out += b
         return out
 
     def _forward(self, ids: npt.NDArray[np.int64], mask: Array) -> Array:
