@@ -35,23 +35,11 @@ STAGE_USAGE_KEYS = (
     "cost_usd",
     "wall_s",
 )
-_COUNTS = (
-    "items",
-    "ok",
-    "errors",
-    "requests_sent",
-    "retries",
-    "cache_hits",
-    "cache_misses",
-    "journal_hits",
-    "input_tokens",
-    "output_tokens",
-)
 
 
 def no_usage(label: str) -> UsageReport:
     """The usage report of a stage that called no model (published outputs, baselines)."""
-    return UsageReport(label=label, cost_usd=0.0, wall_s=0.0, **dict.fromkeys(_COUNTS, 0))
+    return UsageReport(label=label, **dict.fromkeys(set(UsageReport.model_fields) - {"label"}, 0))
 
 
 def usage_path(out: Path) -> Path:

@@ -7,7 +7,8 @@ should notice, and report whether they failed (they must). The source is restore
 Each mutation is a bug one could plausibly write: an off-by-one between the annotators' 0-based
 and the judges' 1-based bullets, linear weights where quadratic belong, Randolph's k from the
 labels seen, a question without key points counted as recall 0, the leakage guard switched off,
-a replayed judge rated by the wrong released predictions. Exit status 1 if any survives.
+a replayed judge rated by the wrong released predictions, embedding workers' results put
+back in the wrong order. Exit status 1 if any survives.
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ MUTATIONS = [
         "            excluded += 1\n            continue\n",
         "            excluded += 1\n            recalls.append(0.0)\n            continue\n",
         "tests/unit/test_long2rag_scoring.py",
+    ),
+    Mutation(
+        "embedding-workers-out-of-order",
+        "pipeline/judges/embeddings.py",
+        "        yield from pool.map(encode_texts, parts)\n",
+        "        yield from pool.map(encode_texts, parts[::-1])\n",
+        "tests/unit/test_local_judge.py",
     ),
     Mutation(
         "leakage-guard-off",

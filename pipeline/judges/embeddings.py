@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import threadpool_limits
 
 from pipeline.retrieval import dense
 
@@ -162,8 +163,6 @@ def workers() -> int:
 
 def encode_texts(texts: Sequence[str]) -> Array:
     """Quantised vectors of `texts`, one text per forward pass on one BLAS thread."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=1):
         out = np.zeros((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
