@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.benchmarks.summhay.local_judge import published_cases  # noqa: E402
-from pipeline.judges.embeddings import Embedder, default_cache_path, workers  # noqa: E402
-from pipeline.judges.features import clean_text  # noqa: E402
-from pipeline.judges.local import LocalJudge  # noqa: E402
+from pipeline.judging.embeddings import Embedder, default_cache_path, workers  # noqa: E402
+from pipeline.judging.features import clean_text  # noqa: E402
+from pipeline.judging.local import LocalJudge  # noqa: E402
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from pipeline.benchmarks.summhay.schema import haystack_file, load_raw_haystack, normalise
+from pipeline.data.haystacks import haystack_file, load_raw_haystack, normalise
 from pipeline.retrieval import bm25, dense, tokens
 from pipeline.retrieval.context import retrieval_query
 

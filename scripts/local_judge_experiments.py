@@ -34,10 +34,11 @@ from pipeline.benchmarks.summhay.local_judge import (
     published_cases,
     read_annotated,
 )
-from pipeline.judges.embeddings import Embedder, default_cache_path
-from pipeline.judges.features import clean_text
-from pipeline.judges.local import LABELS
-from pipeline.judges.train import LabelledCase, Matrix, build_matrix, fit
+from pipeline.judging.embeddings import Embedder, default_cache_path
+from pipeline.judging.features import clean_text
+from pipeline.judging.local import LABELS
+from pipeline.core.records import LabelledCase
+from pipeline.judging.train import Matrix, build_matrix, fit
 
 CREDIT = np.array([0.0, 0.5, 1.0])
 

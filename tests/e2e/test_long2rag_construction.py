@@ -10,10 +10,10 @@ import pytest
 
 from pipeline.benchmarks.long2rag import construction
 from pipeline.benchmarks.long2rag.schema import L2Document, Question
-from pipeline.config import Long2ragConstruct
+from pipeline.core.config import Long2ragConstruct
 from pipeline.llm.client import EndpointConfig
 from pipeline.llm.testserver import TestServer
-from pipeline.prompts import load_prompt
+from pipeline.core.prompts import load_prompt
 from tests.conftest import ROOT
 
 

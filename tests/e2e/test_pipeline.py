@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.lineage import stage_md5
+from pipeline.core.lineage import stage_md5
 from tests.conftest import run
 
 pytestmark = pytest.mark.slow

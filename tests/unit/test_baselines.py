@@ -6,9 +6,9 @@ from pathlib import Path
 
 from pipeline.baselines import Doc, extractive, lead, split_sentences
 from pipeline.benchmarks.summhay.generation import baseline_generations
-from pipeline.benchmarks.summhay.schema import load_raw_haystack, normalise
+from pipeline.data.haystacks import load_raw_haystack, normalise
 from pipeline.benchmarks.summhay.scoring import extract_bullets, extract_citations
-from pipeline.config import BaselineModel, Params
+from pipeline.core.config import BaselineModel, Params
 
 
 def test_split_sentences_keeps_abbreviations_and_initials() -> None:
@@ -100,8 +100,8 @@ def test_baseline_generations_on_a_haystack(
 def test_bad_baseline_entry_is_a_named_config_error(tmp_path: Path) -> None:
     import pytest
 
-    from pipeline.config import load_params
-    from pipeline.errors import ConfigError
+    from pipeline.core.config import load_params
+    from pipeline.core.errors import ConfigError
 
     p = tmp_path / "params.yaml"
     p.write_text(

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import load_params
+from pipeline.core.config import load_params
 from pipeline.data.fetch import (
     derive_json_list_complete_prefix,
     fetch,
     load_manifest,
 )
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "data.sources.yaml"

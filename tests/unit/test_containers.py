@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pipeline import containers as c
-from pipeline.config import Params
-from pipeline.errors import LfbenchError
+from pipeline.core.config import Params
+from pipeline.core.errors import LfbenchError
 from tests.conftest import ROOT, run
 
 IMAGE = {"runtime": "docker", "image_id": "sha256:" + "ab" * 32}

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 from pipeline.llm.client import (
     ChatRequest,
     ChatResult,

@@ -17,12 +17,12 @@ from pipeline.benchmarks.summhay.local_judge import (
     published_cases,
     training_split,
 )
-from pipeline.config import LocalJudge as LocalJudgeSpec
-from pipeline.errors import DataError
-from pipeline.judges.embeddings import Embedder, EmbeddingCache, text_key
-from pipeline.judges.features import FEATURE_NAMES, clean_text, numbers, unit_rows
-from pipeline.judges.local import LocalJudge
-from pipeline.judges.train import (
+from pipeline.core.config import LocalJudge as LocalJudgeSpec
+from pipeline.core.errors import DataError
+from pipeline.judging.embeddings import Embedder, EmbeddingCache, text_key
+from pipeline.judging.features import FEATURE_NAMES, clean_text, numbers, unit_rows
+from pipeline.judging.local import LocalJudge
+from pipeline.judging.train import (
     LabelledCase,
     Matrix,
     build_matrix,
@@ -182,7 +182,7 @@ def test_training_data_holds_no_summary_from_an_annotated_haystack(mirror: Path)
         assert c.case_id.split("/", 1)[1].split("#")[0] not in ann_subtopics
         assert not set(c.units) & ann_insight_texts
         assert "\n".join(c.bullets) not in ann_summaries
-    from pipeline.benchmarks.summhay.schema import haystack_file, load_raw_haystack
+    from pipeline.data.haystacks import haystack_file, load_raw_haystack
 
     for hid in train_ids:
         raw = load_raw_haystack(data / haystack_file(hid))
@@ -262,7 +262,7 @@ def test_load_refuses_a_foreign_file(tmp_path: Path) -> None:
 def test_agreement_stage_scores_annotated_summaries_with_the_local_judge(tmp_path: Path) -> None:
     """The agreement stage's hook: bullets numbered as the annotators' (header line included)."""
     from pipeline.benchmarks.summhay.agreement import Label, judge_annotated_other, load_labels
-    from pipeline.config import Params
+    from pipeline.core.config import Params
 
     cases = []
     for k, (unit, para) in enumerate(FACTS):

@@ -13,9 +13,9 @@ import pytest
 from pipeline.benchmarks.long2rag import construction, derived, generation, judging
 from pipeline.benchmarks.long2rag.schema import L2Document, Question, load_questions
 from pipeline.benchmarks.summhay.judging import ParseError
-from pipeline.benchmarks.summhay.schema import RawHaystack, normalise
-from pipeline.config import Long2ragGeneration
-from pipeline.errors import DataError
+from pipeline.data.haystacks import RawHaystack, normalise
+from pipeline.core.config import Long2ragGeneration
+from pipeline.core.errors import DataError
 
 # ---------------------------------------------------------------- schema
 
@@ -312,7 +312,7 @@ def _params(**l2: Any) -> dict[str, Any]:
 def test_params_are_checked(over: dict[str, Any], message: str) -> None:
     from pydantic import ValidationError
 
-    from pipeline.config import Params
+    from pipeline.core.config import Params
 
     Params.model_validate(_params())  # the shipped params are valid
     with pytest.raises(ValidationError, match=message):

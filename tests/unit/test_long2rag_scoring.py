@@ -16,7 +16,7 @@ from pipeline.benchmarks.long2rag.scoring import (
     paired_ratings,
     question_recall,
 )
-from pipeline.records import Generation, Judgement, Verdict
+from pipeline.core.records import Generation, Judgement, Verdict
 
 # q1: 3 key points (yes, no, neutral)         -> 1/3   (neutral entailed: 2/3)
 # q2: 1 key point  (yes)                      -> 1     (1)

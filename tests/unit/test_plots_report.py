@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import plots
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.report import build_report, md_to_html
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.benchmarks.summhay.schema import (
+from pipeline.data.haystacks import (
     Document,
     Haystack,
     Insight,
@@ -14,7 +14,7 @@ from pipeline.benchmarks.summhay.schema import (
     load_raw_haystack,
     normalise,
 )
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 from pipeline.retrieval import context as ctx
 from pipeline.retrieval.tokens import count_tokens
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 from pipeline.retrieval import dense
 
 # The first values of the embedding sentence-transformers gives for "This is an example

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 from pipeline.retrieval import tokens
 
 

@@ -22,7 +22,7 @@ from pipeline.benchmarks.summhay.agreement import (
     published_judges,
     published_predictions,
 )
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def test_labels_file_level_errors(tmp_path: Path) -> None:
 
 
 def _params_with(judges: dict[str, Any]) -> Any:
-    from pipeline.config import Params, load_yaml
+    from pipeline.core.config import Params, load_yaml
 
     raw = load_yaml(Path(__file__).resolve().parents[2] / "params.yaml")
     raw["judges"] = judges

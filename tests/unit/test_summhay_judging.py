@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.benchmarks.summhay import judging
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.llm.client import ChatRequest, ChatResult
-from pipeline.prompts import combined_sha, load_prompt
-from pipeline.records import Generation
+from pipeline.core.prompts import combined_sha, load_prompt
+from pipeline.core.records import Generation
 
 ROOT = Path(__file__).resolve().parents[2]
 

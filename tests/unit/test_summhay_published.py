@@ -20,8 +20,8 @@ from pipeline.benchmarks.summhay import paper_tables as paper
 from pipeline.benchmarks.summhay import published
 from pipeline.benchmarks.summhay.aggregate import Run, build_rows
 from pipeline.benchmarks.summhay.report import position_sensitivity
-from pipeline.benchmarks.summhay.schema import Haystack, load_raw_haystack, normalise
-from pipeline.config import PublishedModel
+from pipeline.data.haystacks import Haystack, load_raw_haystack, normalise
+from pipeline.core.config import PublishedModel
 from pipeline.metrics.stats import spearman
 
 NEWS = [f"news{i}" for i in range(1, 6)]

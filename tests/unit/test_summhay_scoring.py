@@ -18,7 +18,7 @@ from pipeline.benchmarks.summhay.scoring import (
     score_summary,
     words_per_bullet,
 )
-from pipeline.records import Verdict
+from pipeline.core.records import Verdict
 
 FULL, PARTIAL, NO = "FULL_COVERAGE", "PARTIAL_COVERAGE", "NO_COVERAGE"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tracking import RunSpec, sync
+from pipeline.stages.tracking import RunSpec, sync
 
 
 def _spec(plot: bytes, joint: float = 1.0) -> RunSpec:

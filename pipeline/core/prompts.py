@@ -12,7 +12,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
-"""SummHay haystacks: the released JSON schema, its validation, and the normalised dataset.
+"""SummHay haystacks: the released JSON format, its validation, and the normalised records.
 
-A released haystack file holds a topic, its subtopics (each a task: a query and its reference
-insights, per-document retriever scores and, in the news release, the summaries of 78 systems
-with GPT-4o judgements) and ~100 documents with the insights planted in each.
+The haystack release of Summary of a Haystack is the raw data of every benchmark derived from it
+(SummHay itself; Long²RAG's and CRUX's offline defaults), so its format lives here, outside the
+benchmark packages. A released haystack file holds a topic, its subtopics (each a task: a query
+and its reference insights, per-document retriever scores and, in the news release, the summaries
+of 78 systems with GPT-4o judgements) and ~100 documents with the insights planted in each.
 
-`load_raw_haystack` validates a file and names the file, subtopic and field of any defect.
-`normalise` turns it into the dataset the pipeline works on: documents with their 1-based
-position (the id systems cite), insights with their gold documents, and retriever scores as
-lists aligned with document positions.
+`parse_raw_haystack` validates a file's content and names the file, subtopic and field of any
+defect (`load_raw_haystack` also reads it). `normalise` turns it into the records the pipeline
+works on: documents with their 1-based position (the id systems cite), insights with their gold
+documents, and retriever scores as lists aligned with document positions.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.errors import DataError
-from pipeline.io import format_loc, read_json
-from pipeline.records import Record
+from pipeline.core.errors import DataError, format_loc
+from pipeline.core.io import read_json
+from pipeline.core.records import Record
 
 COVERAGE_LABELS = ("FULL_COVERAGE", "PARTIAL_COVERAGE", "NO_COVERAGE")
+HAYSTACK_IDS = tuple([f"news{i}" for i in range(1, 6)] + [f"conv{i}" for i in range(1, 6)])
 
 # Retriever names as released -> the names lfbench reports (the paper's column names).
 RELEASED_SETTINGS = {
@@ -109,16 +112,22 @@ def _item_of(raw: Any, loc: tuple[int | str, ...]) -> tuple[str | None, tuple[in
     return None, loc
 
 
-def load_raw_haystack(path: Path) -> RawHaystack:
-    raw = read_json(path)
+def parse_raw_haystack(raw: Any, file: str) -> RawHaystack:
+    """A released haystack file's content (parsed JSON), validated; `file` names it in errors."""
     try:
         hay = RawHaystack.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         item, rest = _item_of(raw, tuple(err["loc"]))
-        raise DataError(str(err["msg"]), file=str(path), item=item, field=format_loc(rest)) from e
-    check_consistency(hay, str(path))
+        raise DataError(str(err["msg"]), file=file, item=item, field=format_loc(rest)) from e
+    check_consistency(hay, file)
     return hay
+
+
+def load_raw_haystack(path: Path) -> RawHaystack:
+    """Read and validate a released haystack file (for tools and tests; stages read through
+    their `Inputs`)."""
+    return parse_raw_haystack(read_json(path), str(path))
 
 
 def check_consistency(hay: RawHaystack, file: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError, first_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,7 +49,21 @@ def git_blob_sha1(path: Path) -> str:
     return h.hexdigest()
 
 
+def _read_umask() -> int:
+    mask = os.umask(
+        0
+    )  # read once, at import (single-threaded): umask can only be read by setting it
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically, with the mode a plain `open` would give (mkstemp's
+    temporary file is 0600: an output left by a failed stage must still be readable by the
+    team that shares the workspace)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -57,6 +71,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        Path(tmp).chmod(0o666 & ~_UMASK)
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -92,23 +107,6 @@ def read_json(path: Path) -> Any:
         raise DataError(
             f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=str(path)
         ) from e
-
-
-def format_loc(loc: tuple[int | str, ...]) -> str:
-    """('insights', 2, 'insight_id') -> 'insights[2].insight_id'."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<root>"
-
-
-def first_error(e: ValidationError) -> tuple[str, str]:
-    """(field path, message) of the first error of a pydantic ValidationError."""
-    err = e.errors()[0]
-    return format_loc(tuple(err["loc"])), str(err["msg"])
 
 
 def iter_jsonl(path: Path, model: type[M]) -> Iterator[M]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.io import canonical_json
+from pipeline.core.io import canonical_json
 
 ENV_GIT_COMMIT = "LFBENCH_GIT_COMMIT"
 ENV_GIT_DIRTY = "LFBENCH_GIT_DIRTY"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.io import canonical_json
+from pipeline.core.io import canonical_json
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ Each is frozen, typed and serialised as one JSON object per line; every reader v
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -80,3 +81,17 @@ class Judgement(Record):
     verdicts: list[Verdict] = Field(default_factory=list)
     error: str | None = None
     usage: Usage = Usage()
+
+
+@dataclass(frozen=True)
+class LabelledCase:
+    """A candidate (bullets) with its reference units, each labelled by a reference judge
+    (NO/PARTIAL/FULL_COVERAGE and the bullet it linked), and a group (e.g. the haystack) for
+    leave-one-group-out evaluation: what the local judge is trained and measured on."""
+
+    group: str
+    case_id: str
+    units: tuple[str, ...]
+    bullets: tuple[str, ...]
+    labels: tuple[str, ...]  # one label per unit
+    links: tuple[int | None, ...]  # 1-based bullet the reference judge linked, per unit

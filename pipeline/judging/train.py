@@ -17,19 +17,10 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]
 from sklearn.metrics import cohen_kappa_score, confusion_matrix  # type: ignore[import-untyped]
 
-from pipeline.judges.embeddings import ENCODER_ID, Embedder
-from pipeline.judges.features import FEATURE_NAMES
-from pipeline.judges.local import FORMAT, LABELS, LinearModel, featurise
-
-
-@dataclass(frozen=True)
-class LabelledCase:
-    group: str
-    case_id: str
-    units: tuple[str, ...]
-    bullets: tuple[str, ...]
-    labels: tuple[str, ...]  # one of LABELS per unit
-    links: tuple[int | None, ...]  # 1-based bullet the reference judge linked, per unit
+from pipeline.core.records import LabelledCase
+from pipeline.judging.embeddings import ENCODER_ID, Embedder
+from pipeline.judging.features import FEATURE_NAMES
+from pipeline.judging.local import FORMAT, LABELS, LinearModel, featurise
 
 
 @dataclass(frozen=True)
