@@ -19,6 +19,7 @@ import ast
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,13 @@ def module_path(root: Path, module: str) -> Path | None:
     return None
 
 
+@cache
+def _tree(path: Path, mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def _imports(root: Path, module: str, path: Path, top_level_only: bool) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _tree(path, path.stat().st_mtime_ns)
     nodes: Iterable[ast.AST] = tree.body if top_level_only else ast.walk(tree)
     is_package = path.name == "__init__.py"
     out: set[str] = set()

@@ -25,10 +25,10 @@ ENV_CONTAINER_ID = "LFBENCH_CONTAINER_ID"
 
 
 def _not_dirt(root: Path) -> list[str]:
-    """Pathspecs of what a `dvc repro` itself rewrites (dvc.lock and every declared output, e.g.
-    the git-tracked metrics files DVC deletes before re-running a stage): changes there do not
-    make the code or the configuration dirty."""
-    specs = [":!dvc.lock"]
+    """Pathspecs of what a `dvc repro` itself rewrites (dvc.lock, the .gitignore files DVC keeps
+    beside its outputs, and every declared output, e.g. the git-tracked metrics files DVC deletes
+    before re-running a stage): changes there do not make the code or the configuration dirty."""
+    specs = [":!dvc.lock", ":(exclude,glob)**/.gitignore"]
     try:
         stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
         stages = stages.get("stages") or {}

@@ -142,10 +142,11 @@ class Long2ragParams(BenchmarkParams):
     prompts: Long2ragPrompts = Long2ragPrompts()
     scoring: Long2ragScoring = Long2ragScoring()
 
-    @model_validator(mode="after")
-    def _check(self) -> Long2ragParams:
-        for s in self.settings:
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, settings: list[str]) -> list[str]:
+        for s in settings:
             if not SETTING_RE.match(s):
                 raise ValueError(f"unknown setting {s!r}; use long_context or rag_<budget tokens>")
-        no_repeats(settings=self.settings)
-        return self
+        no_repeats(settings=settings)
+        return settings

@@ -9,23 +9,12 @@ import pytest
 
 from pipeline.benchmarks.summhay import judging
 from pipeline.core.errors import ConfigError
-from pipeline.llm.client import ChatRequest, ChatResult
 from pipeline.core.prompts import combined_sha, load_prompt
 from pipeline.core.records import Generation
+from pipeline.data.haystacks import Insight, Subtopic
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _result(text: str | None, status: str = "ok", tokens: int = 10) -> ChatResult:
-    return ChatResult(
-        key="k",
-        cache_key="c",
-        status=status,  # type: ignore[arg-type]
-        text=text,
-        error=None if status == "ok" else "HTTP 500 after 6 retries",
-        input_tokens=tokens,
-        output_tokens=2,
-    )
+ROOT = Path(__file__).resolve().parents[3]
+PROMPTS = "pipeline/benchmarks/summhay/prompts"
 
 
 @pytest.mark.parametrize(
@@ -88,8 +77,8 @@ def test_parse_batch_whole_answer_problem_applies_to_every_insight() -> None:
     assert 'no "verdicts" list' in bad["a"]
 
 
-def _task() -> judging.Task:
-    gen = Generation(
+def _gen() -> Generation:
+    return Generation(
         benchmark="summhay",
         item_id="news1/s1",
         model="m",
@@ -98,75 +87,58 @@ def _task() -> judging.Task:
         status="ok",
         text="- first [1]\n- second [2][3]",
     )
-    return judging.Task(gen, ["- first [1]", "- second [2][3]"], ["a", "b"])
 
 
-def test_absorb_repair_then_invalid_is_recorded_not_zero() -> None:
-    t = _task()
-    bad = judging.absorb(t, "a", _result("garbage"), final=False)
-    assert bad is not None and "not valid JSON" in bad["a"]
-    assert "a" not in t.verdicts
-    judging.absorb(t, "a", _result("still garbage"), final=True)
-    v = t.verdicts["a"]
-    assert v.status == "invalid" and v.label == "INVALID" and "still garbage" in (v.raw or "")
-    # a repaired answer replaces the problem
-    judging.absorb(t, "b", _result("nope"), final=False)
-    judging.absorb(t, "b", _result('{"coverage": "FULL_COVERAGE", "bullet_id": 2}'), final=True)
-    assert t.verdicts["b"].status == "ok" and "b" not in t.problems
-    assert t.calls == 4 and t.input_tokens == 40
-
-
-def test_absorb_batch_repair_reads_only_the_bad_insights() -> None:
-    t = _task()
-    first = json.dumps(
-        {"verdicts": [{"insight_id": "a", "coverage": "FULL_COVERAGE", "bullet_id": 1}]}
+def _sub() -> Subtopic:
+    return Subtopic(
+        item_id="news1/s1",
+        subtopic_id="s1",
+        name="",
+        subtopic="",
+        query="q",
+        insights=[
+            Insight(insight_id="a", name="", text="Insight A.", gold_docs=[1]),
+            Insight(insight_id="b", name="", text="Insight B.", gold_docs=[2]),
+        ],
+        retriever_scores={},
     )
-    bad = judging.absorb(t, None, _result(first), final=False)
-    assert bad is not None and set(bad) == {"b"}
-    # the repair answer also (wrongly) changes "a": only "b" is taken from it
-    second = json.dumps(
-        {
-            "verdicts": [
-                {"insight_id": "a", "coverage": "NO_COVERAGE", "bullet_id": "NA"},
-                {"insight_id": "b", "coverage": "PARTIAL_COVERAGE", "bullet_id": 2},
-            ]
-        }
-    )
-    judging.absorb(t, None, _result(second), final=True, only=["b"])
-    assert t.verdicts["a"].label == "FULL_COVERAGE"
-    assert t.verdicts["b"].label == "PARTIAL_COVERAGE"
 
 
-def test_absorb_request_error_is_an_error_not_a_verdict() -> None:
-    t = _task()
-    assert judging.absorb(t, "a", _result(None, status="error"), final=True) is None
-    assert t.errors and t.verdicts == {}
-
-
-def test_repair_request_shows_the_answer_and_the_problem() -> None:
-    repair = load_prompt("prompts/summhay/judge_repair.txt", ROOT)
-    first = ChatRequest("g#a", [{"role": "user", "content": "task"}], "sha", 0, None, None)
-    r = judging.repair_request(first, "garbage", "it is not valid JSON", repair)
-    assert r.key == "g#a#repair" and r.prompt_sha == "sha"
-    assert [m["role"] for m in r.messages] == ["user", "assistant", "user"]
-    assert r.messages[1]["content"] == "garbage"
-    assert "it is not valid JSON" in r.messages[2]["content"]
+def test_judge_task_per_insight_and_batched() -> None:
+    p = load_prompt(f"{PROMPTS}/judge_insight.txt", ROOT)
+    b = load_prompt(f"{PROMPTS}/judge_batch.txt", ROOT)
+    r = load_prompt(f"{PROMPTS}/judge_repair.txt", ROOT)
+    t = judging.judge_task(_gen(), _sub(), "per_insight", p, r, {"type": "json_object"})
+    assert t.targets == ("a", "b") and t.prompt_sha == combined_sha(p, r)
+    assert [a.request.key for a in t.asks] == [
+        "news1/s1|oracle|m|0#a",
+        "news1/s1|oracle|m|0#b",
+    ]
+    assert [a.targets for a in t.asks] == [("a",), ("b",)] and t.asks[0].repair is r
+    assert "Insight A." in t.asks[0].request.messages[0]["content"]
+    good, bad = t.asks[0].parse('{"coverage": "FULL_COVERAGE", "bullet_id": 2}', ["a"])
+    assert good["a"].link == 2 and not bad
+    good, bad = t.asks[0].parse('{"coverage": "FULL_COVERAGE", "bullet_id": 3}', ["a"])
+    assert not good and "not a bullet number (1..2)" in bad["a"]
+    t = judging.judge_task(_gen(), _sub(), "batched", b, r, None)
+    (ask,) = t.asks
+    assert ask.request.key == "news1/s1|oracle|m|0" and ask.targets == ("a", "b")
+    assert ask.request.response_format is None and t.prompt_sha == combined_sha(b, r)
 
 
 def test_project_prompts_render_with_the_placeholders_the_code_fills() -> None:
-    t = _task()
-    bj = judging.bullets_json(t.bullets)
+    bj = judging.bullets_json(["- first [1]", "- second [2][3]"])
     assert json.loads(bj)["bullets"][1] == {"bullet_id": 2, "text": "- second [2][3]"}
-    single = load_prompt("prompts/summhay/judge_insight.txt", ROOT).render(bullets=bj, insight="X")
+    single = load_prompt(f"{PROMPTS}/judge_insight.txt", ROOT).render(bullets=bj, insight="X")
     assert bj in single and '"X"' in single and "${" not in single
-    batch = load_prompt("prompts/summhay/judge_batch.txt", ROOT).render(bullets=bj, insights="[]")
+    batch = load_prompt(f"{PROMPTS}/judge_batch.txt", ROOT).render(bullets=bj, insights="[]")
     assert "${" not in batch
     values = dict.fromkeys(
         ["n_documents", "topic", "participants", "documents", "query", "subtopic", "n_insights"],
         "v",
     )
     for name in ("generate_news", "generate_conversation"):
-        text = load_prompt(f"prompts/summhay/{name}.txt", ROOT).render(**values)
+        text = load_prompt(f"{PROMPTS}/{name}.txt", ROOT).render(**values)
         assert "${" not in text
 
 
@@ -177,5 +149,5 @@ def test_prompt_errors_name_the_file(tmp_path: Path) -> None:
     bad.write_text("Summarise ${documentz}", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"mine.txt: placeholder \$\{documentz\}"):
         load_prompt(bad).render(documents="d")
-    a, b = load_prompt(bad), load_prompt("prompts/summhay/judge_repair.txt", ROOT)
+    a, b = load_prompt(bad), load_prompt(f"{PROMPTS}/judge_repair.txt", ROOT)
     assert combined_sha(a, b) != combined_sha(b, a) and len(a.sha) == 64

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from pipeline.baselines import Doc, extractive, lead, split_sentences
 from pipeline.benchmarks.summhay.generation import baseline_generations
-from pipeline.data.haystacks import load_raw_haystack, normalise
+from pipeline.benchmarks.summhay.params import SummhayParams
 from pipeline.benchmarks.summhay.scoring import extract_bullets, extract_citations
-from pipeline.core.config import BaselineModel, Params
+from pipeline.core.config import BaselineModel, validate_params
+from pipeline.data.haystacks import load_raw_haystack, normalise
 
 
 def test_split_sentences_keeps_abbreviations_and_initials() -> None:
@@ -78,7 +79,7 @@ def test_baseline_generations_on_a_haystack(
     ]
     path = write_haystack(haystack, "topic_news1.json")  # type: ignore[operator]
     hay = normalise("news1", load_raw_haystack(path), path.name)
-    params = Params.model_validate(
+    params = validate_params(
         {
             "models": {"lead": {"provider": "baseline", "kind": "lead", "settings": ["oracle"]}},
             "judges": {"local": {"provider": "local"}},
@@ -87,7 +88,8 @@ def test_baseline_generations_on_a_haystack(
     )
     spec = params.models["lead"]
     assert isinstance(spec, BaselineModel)
-    gens = baseline_generations(params, "lead", spec, [hay])
+    section = params.section("summhay", SummhayParams)
+    gens = baseline_generations(section, params.seed, "lead", spec, [hay])
     assert [g.item_id for g in gens] == ["news1/s1", "news1/s2"]
     s1 = gens[0]
     assert s1.status == "ok" and s1.setting == "oracle" and s1.system == "lead"

@@ -3,7 +3,7 @@
 The paper's Table 2 pools both domains and the release only carries the news summaries and
 judgements, so the check is: the counts add up to the paper's, the 69 Table 2 cells are ranked
 as the paper ranks them, and the paper's qualitative findings hold. The full news table is a
-golden file (tests/unit/test_summhay_published/test_news_table_golden.yml), written by this
+golden file (tests/benchmarks/summhay/test_published/test_news_table_golden.yml), written by this
 code from the mirror data (pytest --force-regen): it pins the scorer's output, so any change to
 scoring shows up as a reviewed diff. Its paper-mode cells equal an independent re-computation
 with a 40-line script following the authors' released scorer (same numbers to 0.1).
@@ -20,9 +20,10 @@ from pipeline.benchmarks.summhay import paper_tables as paper
 from pipeline.benchmarks.summhay import published
 from pipeline.benchmarks.summhay.aggregate import Run, build_rows
 from pipeline.benchmarks.summhay.report import position_sensitivity
-from pipeline.data.haystacks import Haystack, load_raw_haystack, normalise
 from pipeline.core.config import PublishedModel
+from pipeline.data.haystacks import Haystack, load_raw_haystack, normalise
 from pipeline.metrics.stats import spearman
+from pipeline.stages.common import FileInputs
 
 NEWS = [f"news{i}" for i in range(1, 6)]
 CONV = [f"conv{i}" for i in range(1, 6)]
@@ -43,11 +44,10 @@ def news(mirror: Path) -> list[Haystack]:
 
 @pytest.fixture(scope="module")
 def rows(mirror: Path, news: list[Haystack]) -> list[dict[str, Any]]:
-    data_dir = mirror / "summhay"
-    gens = list(
-        published.generations("published", PublishedModel(provider="published"), data_dir, news)
-    )
-    js = list(published.judgements("published-gpt-4o", data_dir, news, gens))
+    files, data_dir = FileInputs(Path("/")), str(mirror / "summhay")
+    spec = PublishedModel(provider="published")
+    gens = list(published.generations("published", spec, files, data_dir, news))
+    js = list(published.judgements("published-gpt-4o", files, data_dir, gens))
     out, _ = build_rows(
         news, [Run("published", "published-gpt-4o", gens, js)], ["paper", "corrected"]
     )

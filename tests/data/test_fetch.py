@@ -1,4 +1,4 @@
-"""params.yaml validation and `lfbench data fetch` (mirror, checksums, derived file)."""
+"""`lfbench data fetch`: pinned sources or a mirror, checksums, the derived file."""
 
 from __future__ import annotations
 
@@ -9,80 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.core.config import load_params
+from pipeline.core.errors import DataError
 from pipeline.data.fetch import (
     derive_json_list_complete_prefix,
     fetch,
     load_manifest,
 )
-from pipeline.core.errors import ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "data.sources.yaml"
-
-
-# ---------------------------------------------------------------- params.yaml
-
-
-def test_default_params_are_valid() -> None:
-    params = load_params(ROOT / "params.yaml")
-    assert params.summhay.models == ["published", "lead", "extractive"]
-    assert params.summhay.judges == ["published-gpt-4o", "local"]
-    assert params.judges["local"].provider == "local"
-    assert params.summhay.scoring.modes == ["paper"]
-
-
-def _params_file(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "params.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-BASE = """
-models:
-  published: {provider: published}
-judges:
-  published-gpt-4o: {provider: published}
-summhay:
-  models: [published]
-  judges: [published-gpt-4o]
-"""
-
-
-def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
-    path = _params_file(tmp_path, BASE + "runtime: local\nruntime: docker\n")
-    with pytest.raises(ConfigError, match="duplicate key 'runtime'"):
-        load_params(path)
-
-
-def test_unknown_key_is_named(tmp_path: Path) -> None:
-    path = _params_file(
-        tmp_path, BASE.replace("models: [published]", "models: [published]\n  modles: [x]")
-    )
-    with pytest.raises(ConfigError, match=r"summhay\.modles: Extra inputs"):
-        load_params(path)
-
-
-def test_undefined_model_in_run_list(tmp_path: Path) -> None:
-    path = _params_file(tmp_path, BASE.replace("models: [published]", "models: [ghost]"))
-    with pytest.raises(ConfigError, match="'ghost', which is not defined under models"):
-        load_params(path)
-
-
-def test_bad_mode_and_haystack(tmp_path: Path) -> None:
-    text = BASE + "  scoring: {modes: [fancy]}\n  haystacks: [news9]\n"
-    with pytest.raises(ConfigError) as info:
-        load_params(_params_file(tmp_path, text))
-    assert "summhay.scoring.modes[0]: Input should be 'paper' or 'corrected'" in str(info.value)
-
-
-def test_model_name_must_be_a_safe_stage_name(tmp_path: Path) -> None:
-    text = BASE.replace(
-        "  published: {provider: published}",
-        "  published: {provider: published}\n  'my model': {provider: published}",
-    )
-    with pytest.raises(ConfigError, match="'my model' must match"):
-        load_params(_params_file(tmp_path, text))
 
 
 # ---------------------------------------------------------------- data fetch

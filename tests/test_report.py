@@ -1,4 +1,4 @@
-"""Plots (deterministic PNG bytes, the position-sensitivity table) and `lfbench report`."""
+"""`lfbench report`: every benchmark's section from its metrics file, agreement, lineage."""
 
 from __future__ import annotations
 
@@ -8,15 +8,12 @@ from typing import Any
 
 import pytest
 
-from pipeline import plots
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
 from pipeline.core.errors import DataError
 from pipeline.report import build_report, md_to_html
 
-PNG = b"\x89PNG\r\n\x1a\n"
 
-
-def _row(system: str, setting: str, joint: float, **kw: Any) -> dict[str, Any]:
+def row(system: str, setting: str, joint: float, **kw: Any) -> dict[str, Any]:
     return {
         **dict.fromkeys(ROW_KEYS, 0),
         "words_per_bullet": 20.0,
@@ -43,37 +40,17 @@ def _row(system: str, setting: str, joint: float, **kw: Any) -> dict[str, Any]:
 # GPT-4o and Gemini-1.5-pro in the paper's Table 3 (Top, Bottom, Random), plus a system
 # without the orderings.
 ROWS = [
-    _row("gpt-4o", "full-sort", 13.8),
-    _row("gpt-4o", "full-rev-sort", 24.1),
-    _row("gpt-4o", "full", 11.4),
-    _row("gpt-4o", "oracle", 50.0),
-    _row("gemini-1.5-pro", "full-sort", 47.1),
-    _row("gemini-1.5-pro", "full-rev-sort", 38.9),
-    _row("gemini-1.5-pro", "full-middle", 40.0),
-    _row("gemini-1.5-pro", "full", 37.9),
-    _row("other", "full", 10.0),
-    _row("other", "full-sort", 12.0),  # no Bottom: no sensitivity
+    row("gpt-4o", "full-sort", 13.8),
+    row("gpt-4o", "full-rev-sort", 24.1),
+    row("gpt-4o", "full", 11.4),
+    row("gpt-4o", "oracle", 50.0),
+    row("gemini-1.5-pro", "full-sort", 47.1),
+    row("gemini-1.5-pro", "full-rev-sort", 38.9),
+    row("gemini-1.5-pro", "full-middle", 40.0),
+    row("gemini-1.5-pro", "full", 37.9),
+    row("other", "full", 10.0),
+    row("other", "full-sort", 12.0),  # no Bottom: no sensitivity
 ]
-
-
-def test_position_table_matches_the_paper_definition() -> None:
-    t = {r["system"]: r for r in plots.position_table(ROWS)}
-    assert set(t) == {"gpt-4o", "gemini-1.5-pro"}
-    assert t["gpt-4o"]["sensitivity"] == pytest.approx(12.7)  # max(2.4, 12.7)
-    assert t["gemini-1.5-pro"]["sensitivity"] == pytest.approx(9.2)  # max(9.2, 1.0)
-    assert t["gemini-1.5-pro"]["Middle"] == 40.0 and t["gpt-4o"]["Middle"] is None
-
-
-def test_plots_are_deterministic_pngs() -> None:
-    a = plots.position_sensitivity(ROWS, "t")
-    assert a is not None and a.startswith(PNG)
-    assert a == plots.position_sensitivity(ROWS, "t")
-    assert b"Software" not in a and b"matplotlib" not in a.lower()
-    j = plots.joint_by_setting([r for r in ROWS if r["system"] == "gpt-4o"], "gpt-4o")
-    assert j.startswith(PNG) and j == plots.joint_by_setting(
-        list(reversed([r for r in ROWS if r["system"] == "gpt-4o"])), "gpt-4o"
-    )
-    assert plots.position_sensitivity([_row("x", "oracle", 1.0)], "t") is None
 
 
 L2R = [
@@ -95,13 +72,6 @@ L2R = [
         "breakdowns": {"domain": {"AI": 0.5}, "category": {"Factual": 0.2}},
     },
 ]
-
-
-def test_kpr_breakdown_plot_takes_long2rag_rows() -> None:
-    png = plots.kpr_breakdown(L2R)
-    assert png.startswith(PNG) and png == plots.kpr_breakdown(list(reversed(L2R)))
-    with pytest.raises(ValueError, match="kpr_by_domain"):
-        plots.kpr_breakdown([{"system": "m", "setting": "s", "judge": "j", "kpr": 0.1}])
 
 
 def _write(root: Path, name: str, rows: list[dict[str, Any]]) -> None:
@@ -145,7 +115,7 @@ def test_report_reads_whatever_metrics_exist(tmp_path: Path) -> None:
 
 
 def test_report_errors_name_the_file_and_field(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match=r"metrics/summhay\.json"):
+    with pytest.raises(DataError, match=r"no results of any benchmark"):
         build_report(tmp_path, Path("out"))
     _write(tmp_path, "summhay.json", [{"system": "x"}])
     with pytest.raises(DataError, match="row 1, field benchmark"):

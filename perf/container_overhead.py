@@ -1,6 +1,6 @@
 """Cost of running stages in the container: per-stage overhead and image build times.
 
-    python benchmarks/container_overhead.py [--base IMAGE] [--repeat 10] [--skip-cold]
+    python perf/container_overhead.py [--base IMAGE] [--repeat 10] [--skip-cold]
 
 (i) per-stage overhead: wall time of an empty command (`python -c pass`, then `lfbench
 --version`) through the container runner (`containers.run_stage_in_container`, what `lfbench

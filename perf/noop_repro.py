@@ -1,6 +1,6 @@
 """Wall time of a no-op `dvc repro` (everything up to date) on a fresh clone.
 
-    python benchmarks/noop_repro.py [--mirror DIR] [--repeat 5] [--json]
+    python perf/noop_repro.py [--mirror DIR] [--repeat 5] [--json]
 
 Clones the committed project into a temporary folder, fetches the data from the mirror, runs
 the default pipeline once, then times `dvc repro` REPEAT more times (nothing to do) and prints

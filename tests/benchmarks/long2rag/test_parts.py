@@ -11,11 +11,22 @@ from typing import Any
 import pytest
 
 from pipeline.benchmarks.long2rag import construction, derived, generation, judging
-from pipeline.benchmarks.long2rag.schema import L2Document, Question, load_questions
-from pipeline.benchmarks.summhay.judging import ParseError
-from pipeline.data.haystacks import RawHaystack, normalise
-from pipeline.core.config import Long2ragGeneration
+from pipeline.benchmarks.long2rag.params import Long2ragGeneration
+from pipeline.benchmarks.long2rag.schema import KeyPoint, L2Document, Question, parse_questions
+from pipeline.core import registry
 from pipeline.core.errors import DataError
+from pipeline.core.parse import ParseError
+from pipeline.core.records import Generation, Judgement
+from pipeline.data.haystacks import RawHaystack, normalise
+from pipeline.stages.common import FileInputs
+from pipeline.stages.judge import coverage_judgements
+
+FILES = FileInputs(Path("/"))
+
+
+def load_questions(path: Path, n_documents: int | None = 5) -> list[Question]:
+    return parse_questions(FILES.jsonl(str(path)), str(path), n_documents)
+
 
 # ---------------------------------------------------------------- schema
 
@@ -147,6 +158,8 @@ class KeywordCoverage:
     """A small deterministic coverage judge (the local judge's judge_many interface): FULL when
     a bullet contains the insight's first word and its last word, PARTIAL when only the first."""
 
+    sha = "keyword-v1"
+
     def __init__(self) -> None:
         self.seen: list[tuple[list[str], list[str]]] = []
 
@@ -170,11 +183,36 @@ class KeywordCoverage:
         return out
 
 
+def _judged(judge: Any, kps: list[tuple[str, str]], answer: str) -> Judgement:
+    """One answer judged by a coverage judge through the stage layer, as Long²RAG sees it."""
+    q = Question(
+        item_id="q",
+        question="?",
+        domain="d",
+        category="c",
+        documents=[L2Document(doc_id="d1", text="x")],
+        key_points=[KeyPoint(kp_id=k, text=t, doc_id="d1") for k, t in kps],
+    )
+    gen = Generation(
+        benchmark="long2rag",
+        item_id="q",
+        model="m",
+        system="m",
+        setting="long_context",
+        status="ok",
+        text=answer,
+    )
+    (j,) = coverage_judgements(registry.get("long2rag"), "kw", judge, {"q": q}, [gen])
+    return j
+
+
 def test_local_adapter_maps_coverage_to_entailment() -> None:
     judge = KeywordCoverage()
     answer = "- Rivers flood in spring.\n- Engines need oil and fuel. Unrelated words here."
     kps = [("kp1", "Rivers flood spring"), ("kp2", "Engines need water"), ("kp3", "Birds sing")]
-    (vs,) = judging.entailment_verdicts(judge, [(kps, answer)])
+    j = _judged(judge, kps, answer)
+    assert j.judge_prompt_sha == "keyword-v1" and j.status == "ok"
+    vs = j.verdicts
     assert [(v.target_id, v.label, v.link) for v in vs] == [
         ("kp1", "yes", 1),
         ("kp2", "neutral", 2),
@@ -192,13 +230,15 @@ def test_local_adapter_maps_coverage_to_entailment() -> None:
 
 def test_local_adapter_rejects_a_judge_that_miscounts() -> None:
     class Short:
+        sha = "short"
+
         def judge_many(
             self, cases: Sequence[tuple[Sequence[str], Sequence[str]]]
         ) -> list[list[_V]]:
             return [[] for _ in cases]
 
-    with pytest.raises(ValueError, match="0 verdicts for 1 key points"):
-        judging.entailment_verdicts(Short(), [([("kp1", "x")], "y.")])
+    with pytest.raises(ValueError, match="0 verdicts for 1 units"):
+        _judged(Short(), [("kp1", "x")], "y.")
 
 
 def test_overlap_judge() -> None:
@@ -302,7 +342,7 @@ def _params(**l2: Any) -> dict[str, Any]:
     ("over", "message"),
     [
         ({"settings": ["long_context", "rag_big"]}, "unknown setting 'rag_big'"),
-        ({"models": ["published"]}, "replays SummHay outputs"),
+        ({"models": ["published"]}, "provider published, which long2rag cannot run"),
         ({"judges": ["nope"]}, "not defined under judges"),
         ({"construction": {"llm": "l2r-overlap"}}, "not an openai judges entry"),
         ({"scoring": {"length_buckets": [16000, 8000]}}, "positive and increasing"),
@@ -310,13 +350,12 @@ def _params(**l2: Any) -> dict[str, Any]:
     ],
 )
 def test_params_are_checked(over: dict[str, Any], message: str) -> None:
-    from pydantic import ValidationError
+    from pipeline.core.config import validate_params
+    from pipeline.core.errors import ConfigError
 
-    from pipeline.core.config import Params
-
-    Params.model_validate(_params())  # the shipped params are valid
-    with pytest.raises(ValidationError, match=message):
-        Params.model_validate(_params(**over))
+    validate_params(_params(), benchmarks=["long2rag"])  # the shipped params are valid
+    with pytest.raises(ConfigError, match=message):
+        validate_params(_params(**over), benchmarks=["long2rag"])
 
 
 def test_plot_bytes_are_deterministic() -> None:

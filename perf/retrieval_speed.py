@@ -1,6 +1,6 @@
 """Speed of lfbench's retrieval pieces on one real haystack (CPU, offline).
 
-    python benchmarks/retrieval_speed.py [--mirror DIR] [--haystack news1] [--json]
+    python perf/retrieval_speed.py [--mirror DIR] [--haystack news1] [--json]
 
 Times cl100k_base token counting over the haystack's documents, BM25 scoring of them for one
 subtopic, and the numpy all-MiniLM-L6-v2 encoder: `embed` (each document truncated to 256 word

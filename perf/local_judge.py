@@ -1,6 +1,6 @@
 """Speed of the local judge on the 78 published systems x 336 news insights.
 
-    python benchmarks/local_judge.py [--model models/local-judge/model.json] [--cold-sample 2000]
+    python perf/local_judge.py [--model models/local-judge/model.json] [--cold-sample 2000]
                                      [--cold-full]
 
 Judges every released news summary (5 haystacks, 3,276 summaries, 26,208 insight judgements)
@@ -30,10 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.benchmarks.summhay.local_judge import published_cases  # noqa: E402
+from pipeline.benchmarks.summhay.training import published_cases  # noqa: E402
 from pipeline.judging.embeddings import Embedder, default_cache_path, workers  # noqa: E402
 from pipeline.judging.features import clean_text  # noqa: E402
 from pipeline.judging.local import LocalJudge  # noqa: E402
+from pipeline.stages.common import FileInputs  # noqa: E402
 
 
 def main() -> None:
@@ -45,7 +46,9 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    cases = published_cases(args.data, [f"news{i}" for i in range(1, 6)])
+    cases = published_cases(
+        FileInputs(Path("/")), str(args.data.resolve()), [f"news{i}" for i in range(1, 6)]
+    )
     load_s = time.perf_counter() - t0
     pairs = [(c.units, c.bullets) for c in cases]
     n_judgements = sum(len(c.units) for c in cases)

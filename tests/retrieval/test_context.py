@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.errors import LfbenchError
 from pipeline.data.haystacks import (
     Document,
     Haystack,
@@ -14,7 +15,6 @@ from pipeline.data.haystacks import (
     load_raw_haystack,
     normalise,
 )
-from pipeline.core.errors import LfbenchError
 from pipeline.retrieval import context as ctx
 from pipeline.retrieval.tokens import count_tokens
 

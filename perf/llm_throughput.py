@@ -1,6 +1,6 @@
 """Throughput of the LLM client against the local OpenAI-compatible test server.
 
-    python benchmarks/llm_throughput.py [--requests 2000] [--concurrency 64] [--latency-ms 100]
+    python perf/llm_throughput.py [--requests 2000] [--concurrency 64] [--latency-ms 100]
 
 Runs `lfbench bench llm` with the acceptance settings and prints its JSON: 2000 distinct requests,
 64 at a time, 100 ms server latency, so the ideal rate is 640 requests/s. Acceptance: ratio

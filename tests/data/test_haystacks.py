@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from pipeline.core.errors import DataError
 from pipeline.data.haystacks import (
     load_raw_haystack,
     normalise,
     parse_summary_key,
 )
-from pipeline.core.errors import DataError
 
 Writer = Callable[[dict[str, Any], str], Path]
 

@@ -18,11 +18,17 @@ from pipeline.benchmarks.summhay.agreement import (
     compare,
     human_pair,
     judge_pairs,
-    load_labels,
+    parse_labels,
     published_judges,
     published_predictions,
 )
 from pipeline.core.errors import DataError
+from pipeline.stages.common import FileInputs
+
+
+def load_labels(path: Path) -> list[Any]:
+    """The labels file read as the agreement stage reads it."""
+    return parse_labels(FileInputs(Path("/")).json(str(path)), str(path))
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +184,7 @@ def test_malformed_labels_name_the_sample_and_field(
 
 
 def test_labels_file_level_errors(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="labels file not found"):
+    with pytest.raises(DataError, match="file not found"):
         load_labels(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
@@ -192,25 +198,30 @@ def test_labels_file_level_errors(tmp_path: Path) -> None:
 
 
 def _params_with(judges: dict[str, Any]) -> Any:
-    from pipeline.core.config import Params, load_yaml
+    from pipeline.core.config import load_yaml, validate_params
 
-    raw = load_yaml(Path(__file__).resolve().parents[2] / "params.yaml")
+    raw = load_yaml(Path(__file__).resolve().parents[3] / "params.yaml")
     raw["judges"] = judges
     raw["summhay"]["judges"] = list(judges)
     raw["summhay"]["models"] = ["published"]
     del raw["long2rag"]
     raw["summhay"]["agreement"] = {"bootstrap_resamples": 0, "judge_vs_judge": False}
-    return Params.model_validate(raw)
+    return validate_params(raw, benchmarks=["summhay"])
 
 
 def test_a_replayed_judge_is_rated_by_its_proxy(mirror: Path, tmp_path: Path) -> None:
     """published-gpt-4o cannot score the annotated summaries; its row is that of the released
     predictions its `agreement_proxy` names, and a proxy the file lacks is an error."""
-    from pipeline.benchmarks.summhay.agreement import run
+    from pipeline.core import registry
+    from pipeline.stages.agreement import agreement
+
+    def run(params: Any, labels: Path, out: Path) -> list[dict[str, Any]]:
+        bench = registry.get("summhay")
+        return agreement(bench, params, labels, out, root=Path.cwd(), track=False)
 
     labels = mirror / "summhay" / "eval_benchmark_data.json"
     spec = {"provider": "published", "benchmark": "summhay", "agreement_proxy": "prompted_gpt-4o"}
-    rows = run(_params_with({"pub": spec}), labels, tmp_path / "a.json", track=False)
+    rows = run(_params_with({"pub": spec}), labels, tmp_path / "a.json")
     by_judge = {r["judge"]: r for r in rows}
     mine, released = by_judge["pub"], by_judge["prompted_gpt-4o"]
     assert mine["cohen_kappa"] == released["cohen_kappa"] and mine["n"] == 1419
@@ -218,4 +229,4 @@ def test_a_replayed_judge_is_rated_by_its_proxy(mirror: Path, tmp_path: Path) ->
     assert "prompted_gpt-4o" in mine["source"]
     bad = {**spec, "agreement_proxy": "prompted_gpt-5"}
     with pytest.raises(DataError, match="prompted_gpt-5"):
-        run(_params_with({"pub": bad}), labels, tmp_path / "b.json", track=False)
+        run(_params_with({"pub": bad}), labels, tmp_path / "b.json")
