@@ -94,7 +94,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         bench = registry.get(name)
         where = f"metrics/{name}.json"
         section = bench.report_section(_document(root / where), where)
-        lines += [f"## {bench.title}", "", *section.lines]
+        lines += [f"## {bench.title or bench.name}", "", *section.lines]
         figs += section.figures
     if (metrics / "agreement.json").exists():
         lines += _agreement(_document(metrics / "agreement.json")["rows"])

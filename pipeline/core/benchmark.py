@@ -43,9 +43,12 @@ from pipeline.core.config import (
     Params,
 )
 from pipeline.core.errors import ConfigError
-from pipeline.core.prompts import Prompt
+from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
 from pipeline.llm.types import ChatRequest
+
+# The columns that identify a result row (a benchmark may add its own, e.g. SummHay's domain).
+RESULT_KEYS = ("benchmark", "system", "setting", "judge", "model")
 
 P = TypeVar("P", bound=BenchmarkParams)  # the benchmark's params section
 D = TypeVar("D", bound=BaseModel)  # one line of datasets/<name>.jsonl
@@ -191,6 +194,74 @@ class JudgeTask:
     targets: tuple[str, ...]
     asks: tuple[Ask, ...]
     prompt_sha: str  # the judge's prompts (what its verdicts' `judge_prompt_sha` records)
+
+
+@dataclass(frozen=True)
+class JudgePrompts:
+    """An LLM judge entry's prompts: the one its `mode` uses, the repair prompt, and whether it
+    asks for a JSON object."""
+
+    prompt: Prompt
+    repair: Prompt
+    mode: str
+    response_format: dict[str, Any] | None
+
+    @property
+    def sha(self) -> str:
+        return combined_sha(self.prompt, self.repair)
+
+    @classmethod
+    def of(
+        cls, ctx: Context[Any], spec: OpenAIJudge, per_unit: str, batched: str | None, repair: str
+    ) -> JudgePrompts:
+        """The entry's prompts, named as the benchmark's prompts section names them."""
+        mode = spec.mode if batched is not None else "per_insight"
+        return cls(
+            ctx.prompt(batched if mode == "batched" and batched else per_unit),
+            ctx.prompt(repair),
+            mode,
+            {"type": "json_object"} if spec.json_mode else None,
+        )
+
+
+def label_parser(unit: str, parse: Callable[[str | None], str]) -> Parser:
+    """The parser of a one-unit answer whose verdict is a label (`parse` raises ParseError):
+    the label, with the answer as the verdict's raw text."""
+
+    def verdict(text: str | None) -> Verdict:
+        return Verdict(target_id=unit, label=parse(text), raw=(text or "").strip())
+
+    return single(verdict)
+
+
+def judge_task(
+    generation: Generation,
+    units: Sequence[str],
+    prompts: JudgePrompts,
+    one: Callable[[str], str],
+    parse_one: Callable[[str], Parser],
+    every: Callable[[], str] | None = None,
+    parse_every: Parser | None = None,
+) -> JudgeTask:
+    """The asks that judge one output: one per reference unit (`per_insight` mode: request key
+    `<generation id>#<unit>`, content `one(unit)`, parser `parse_one(unit)`), or one for all of
+    them (`batched`, when the benchmark has a batched prompt: key `<generation id>`, content
+    `every()`, parser `parse_every`)."""
+    gid = generation.generation_id
+
+    def request(key: str, content: str) -> ChatRequest:
+        messages = [{"role": "user", "content": content}]
+        return ChatRequest(key, messages, prompts.sha, 0, None, prompts.response_format)
+
+    if prompts.mode == "batched" and every is not None and parse_every is not None:
+        asks: tuple[Ask, ...] = (
+            Ask(request(gid, every()), parse_every, tuple(units), prompts.repair),
+        )
+    else:
+        asks = tuple(
+            Ask(request(f"{gid}#{u}", one(u)), parse_one(u), (u,), prompts.repair) for u in units
+        )
+    return JudgeTask(generation, tuple(units), asks, prompts.sha)
 
 
 # ---------------------------------------------------------------- coverage judges
@@ -375,13 +446,14 @@ class Benchmark(ABC, Generic[P, D, I]):
     implement the abstract methods; mypy checks them against these signatures."""
 
     name: ClassVar[str]
-    title: ClassVar[str]  # for reports
+    title: ClassVar[str] = ""  # for reports (default: the name)
     # Bump when a prompt, parser or metric of the benchmark changes meaning.
     version: ClassVar[str]
     params_model: ClassVar[type[BenchmarkParams]]
     record: ClassVar[type[BaseModel]]  # one line of datasets/<name>.jsonl
-    model_providers: ClassVar[frozenset[str]]  # core providers it can generate with
-    judge_providers: ClassVar[frozenset[str]]  # core providers it can be judged by
+    # The core providers it can generate with and be judged by (plus its own, below).
+    model_providers: ClassVar[frozenset[str]] = frozenset({"openai", "baseline"})
+    judge_providers: ClassVar[frozenset[str]] = frozenset({"openai", "local"})
     model_specs: ClassVar[tuple[type[OwnedModel], ...]] = ()  # providers it defines
     judge_specs: ClassVar[tuple[type[OwnedJudge], ...]] = ()
     agreement: HumanAgreement[Any, Any] | None = None
@@ -421,16 +493,25 @@ class Benchmark(ABC, Generic[P, D, I]):
 
     # ---- judge
 
-    @abstractmethod
+    # The prompts of an LLM judge in the benchmark's prompts section: per reference unit, for all
+    # units at once (None: no batched form; `mode: batched` then judges per unit), the repair.
+    judge_prompts: ClassVar[tuple[str, str | None, str]]
+
     def judge_tasks(
         self,
         ctx: Context[P],
         judge: str,
         spec: OpenAIJudge,
         items: Mapping[str, I],
-        generations: Sequence[Generation],
+        gens: Sequence[Generation],
     ) -> list[JudgeTask]:
         """The requests an LLM judge is sent for each (ok) generation, with their parsers."""
+        prompts = JudgePrompts.of(ctx, spec, *self.judge_prompts)
+        return [self.judge_task(g, items[g.item_id], prompts) for g in gens]
+
+    @abstractmethod
+    def judge_task(self, generation: Generation, item: I, prompts: JudgePrompts) -> JudgeTask:
+        """The asks that judge one generation (`judge_task` below builds them)."""
 
     @abstractmethod
     def coverage_case(self, item: I, generation: Generation) -> CoverageCase:
@@ -450,7 +531,7 @@ class Benchmark(ABC, Generic[P, D, I]):
         judge: str,
         spec: JudgeSpec,
         dataset: Sequence[D],
-        generations: Sequence[Generation],
+        gens: Sequence[Generation],
     ) -> list[Judgement]:
         """Judgements that need no model: a replayed release (provider published)."""
         raise ConfigError(f"judges.{judge}: {self.name} has no released judgements to replay")
@@ -467,3 +548,7 @@ class Benchmark(ABC, Generic[P, D, I]):
 
 
 AnyBenchmark: TypeAlias = Benchmark[Any, Any, Any]
+# Short names for the signatures of the benchmark packages.
+Gens: TypeAlias = Sequence[Generation]
+Rows: TypeAlias = list[dict[str, Any]]  # a metrics file's rows
+Details: TypeAlias = dict[tuple[str, ...], list[dict[str, Any]]]  # item-level detail per row

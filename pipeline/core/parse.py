@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+V = TypeVar("V")
 
 _FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
@@ -51,3 +54,40 @@ def unit_score(text: str | None, key: str = "score") -> float:
     if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
         raise ParseError(f'"{key}" must be a number between 0 and 1, got {json.dumps(score)}')
     return float(score)
+
+
+def per_target(
+    text: str | None,
+    ids: Sequence[str],
+    id_key: str,
+    noun: str,
+    read: Callable[[dict[str, Any], str], V],
+) -> tuple[dict[str, V], dict[str, str]]:
+    """A batched verdict answer, `{"verdicts": [{"<id_key>": <id>, ...}, ...]}`: exactly one
+    entry per wanted id, each read by `read(entry, id)` (which raises ParseError). Returns the
+    values by id and a problem for every id without one; a whole-answer problem (not JSON, no
+    verdict list) is reported for every id."""
+    try:
+        obj = load_object(text)
+        items = obj.get("verdicts")
+        if not isinstance(items, list):
+            raise ParseError('the object has no "verdicts" list')
+    except ParseError as e:
+        return {}, {i: str(e) for i in ids}
+    wanted = set(ids)
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for it in items:
+        if isinstance(it, dict) and str(it.get(id_key)) in wanted:
+            seen.setdefault(str(it.get(id_key)), []).append(it)
+    good: dict[str, V] = {}
+    bad: dict[str, str] = {}
+    for i in ids:
+        found = seen.get(i, [])
+        if len(found) != 1:
+            bad[i] = f"{noun} {i!r} has {len(found)} verdicts, expected exactly one"
+            continue
+        try:
+            good[i] = read(found[0], i)
+        except ParseError as e:
+            bad[i] = f"{noun} {i!r}: {e}"
+    return good, bad

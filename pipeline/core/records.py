@@ -6,10 +6,15 @@ Each is frozen, typed and serialised as one JSON object per line; every reader v
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pipeline.core.errors import DataError, first_error
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Record(BaseModel):
@@ -45,6 +50,33 @@ class Generation(Record):
     @property
     def generation_id(self) -> str:
         return generation_id(self.item_id, self.system, self.setting, self.sample)
+
+    @classmethod
+    def offline(
+        cls,
+        benchmark: str,
+        item_id: str,
+        model: str,
+        system: str,
+        setting: str,
+        text: str,
+        meta: dict[str, Any],
+        *,
+        empty: str = "empty answer",
+    ) -> Generation:
+        """An output made without a model call: an error (`empty`) when it has no text."""
+        ok = bool(text.strip())
+        return cls(
+            benchmark=benchmark,
+            item_id=item_id,
+            model=model,
+            system=system,
+            setting=setting,
+            status="ok" if ok else "error",
+            text=text if ok else None,
+            error=None if ok else empty,
+            meta=meta,
+        )
 
 
 def generation_id(item_id: str, system: str, setting: str, sample: int = 0) -> str:
@@ -95,3 +127,29 @@ class LabelledCase:
     bullets: tuple[str, ...]
     labels: tuple[str, ...]  # one label per unit
     links: tuple[int | None, ...]  # 1-based bullet the reference judge linked, per unit
+
+
+def validate_lines(
+    lines: Sequence[tuple[str, Any]], model: type[M], file: str, key: str = "item_id"
+) -> list[tuple[str, M]]:
+    """The records of a JSONL file (`(where, parsed line)` pairs, where = `<file>:<line>`),
+    each validated as `model`, ids (`key`) unique. Errors name the file and line, the item and
+    the field; an empty file is an error too."""
+    out: list[tuple[str, M]] = []
+    seen: dict[str, str] = {}
+    for where, raw in lines:
+        item = str(raw.get(key)) if isinstance(raw, dict) and key in raw else None
+        try:
+            record = model.model_validate(raw)
+        except ValidationError as e:
+            field, msg = first_error(e)
+            raise DataError(msg, file=where, item=item, field=field) from e
+        ident = str(getattr(record, key))
+        if ident in seen:
+            line = seen[ident].rsplit(":", 1)[-1]
+            raise DataError(f"{key} already used on line {line}", file=where, item=ident, field=key)
+        seen[ident] = where
+        out.append((where, record))
+    if not out:
+        raise DataError("no records in the file", file=file)
+    return out

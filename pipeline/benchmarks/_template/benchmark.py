@@ -23,26 +23,28 @@ from typing import Any
 from pipeline.benchmarks._template.params import TemplateParams
 from pipeline.benchmarks._template.schema import Item, examples, parse_items
 from pipeline.core.benchmark import (
+    RESULT_KEYS,
     Aggregated,
-    Ask,
     Asker,
     Benchmark,
     Constructed,
     Context,
     CoverageCase,
     CoverageVerdictLike,
+    JudgePrompts,
     JudgeTask,
-    Parsed,
+    Parser,
     Planned,
     ReportSection,
     Run,
     RunRow,
+    judge_task,
+    label_parser,
 )
-from pipeline.core.config import BaselineModel, ModelSpec, OpenAIJudge, OpenAIModel
+from pipeline.core.config import BaselineModel, ModelSpec, OpenAIModel
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.markdown import fmt, need, table
 from pipeline.core.parse import ParseError, load_object
-from pipeline.core.prompts import combined_sha
 from pipeline.core.records import Generation, Judgement, Verdict, generation_id
 from pipeline.llm.types import ChatRequest
 
@@ -50,11 +52,7 @@ SETTING = "documents"  # one context setting: all the item's documents
 LABELS = {"yes": 1.0, "partial": 0.5, "no": 0.0}
 FROM_COVERAGE = {"FULL_COVERAGE": "yes", "PARTIAL_COVERAGE": "partial", "NO_COVERAGE": "no"}
 ROW_KEYS = (
-    "benchmark",
-    "system",
-    "setting",
-    "judge",
-    "model",
+    *RESULT_KEYS,
     "recall",
     "n_items",
     "n_scored",
@@ -65,6 +63,9 @@ ROW_KEYS = (
 )
 _MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _CITATION = re.compile(r"\s*\[\d+\]")
+
+
+Ctx = Context[TemplateParams]
 
 
 def documents_text(item: Item) -> str:
@@ -109,16 +110,14 @@ def item_recall(item: Item, j: Judgement | None) -> tuple[float | None, int]:
 
 class Template(Benchmark[TemplateParams, Item, Item]):
     name = "_template"
-    title = "_template"
     version = "1"
     params_model = TemplateParams
     record = Item
-    model_providers = frozenset({"openai", "baseline"})
-    judge_providers = frozenset({"openai", "local"})
+    judge_prompts = ("judge", None, "repair")  # one call per fact: no batched form
 
     # ---- construct
 
-    def construct(self, ctx: Context[TemplateParams], ask: Asker | None) -> Constructed[Item]:
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Item]:
         source = ctx.section.source
         items = examples() if source is None else parse_items(ctx.inputs.jsonl(source), source)
         n_facts = sum(len(i.facts) for i in items)
@@ -130,7 +129,7 @@ class Template(Benchmark[TemplateParams, Item, Item]):
     # ---- generate
 
     def plan_generations(
-        self, ctx: Context[TemplateParams], model: str, spec: OpenAIModel, dataset: Sequence[Item]
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Item]
     ) -> list[Planned]:
         prompt = ctx.prompt("generate")
         system = spec.system or model
@@ -147,7 +146,7 @@ class Template(Benchmark[TemplateParams, Item, Item]):
         return out
 
     def offline_generations(
-        self, ctx: Context[TemplateParams], model: str, spec: ModelSpec, dataset: Sequence[Item]
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Item]
     ) -> list[Generation]:
         from pipeline import baselines
 
@@ -159,58 +158,17 @@ class Template(Benchmark[TemplateParams, Item, Item]):
             docs = [baselines.Doc(n, d.text) for n, d in enumerate(item.documents, start=1)]
             text = summarize(item.question, docs, spec.bullets or len(item.facts))
             text = " ".join(text.split()[: ctx.section.max_words])
+            meta = {"prompt_sha": f"baseline-{spec.kind}"}
+            system = spec.system or model
             out.append(
-                Generation(
-                    benchmark=self.name,
-                    item_id=item.item_id,
-                    model=model,
-                    system=spec.system or model,
-                    setting=SETTING,
-                    status="ok" if text else "error",
-                    text=text or None,
-                    error=None if text else "no sentence to extract",
-                    meta={"prompt_sha": f"baseline-{spec.kind}"},
-                )
+                Generation.offline(self.name, item.item_id, model, system, SETTING, text, meta)
             )
         return out
 
     # ---- judge
 
-    def judge_tasks(
-        self,
-        ctx: Context[TemplateParams],
-        judge: str,
-        spec: OpenAIJudge,
-        items: Mapping[str, Item],
-        generations: Sequence[Generation],
-    ) -> list[JudgeTask]:
-        prompt, repair = ctx.prompt("judge"), ctx.prompt("repair")
-        sha = combined_sha(prompt, repair)
-        fmt_: dict[str, Any] | None = {"type": "json_object"} if spec.json_mode else None
-        tasks = []
-        for g in generations:
-            facts = items[g.item_id].facts
-            asks = tuple(
-                Ask(
-                    ChatRequest(
-                        f"{g.generation_id}#{f.fact_id}",
-                        [
-                            {
-                                "role": "user",
-                                "content": prompt.render(answer=g.text or "", fact=f.text),
-                            }
-                        ],
-                        sha,
-                        response_format=fmt_,
-                    ),
-                    _verdict_parser(f.fact_id),
-                    (f.fact_id,),
-                    repair,
-                )
-                for f in facts
-            )
-            tasks.append(JudgeTask(g, tuple(f.fact_id for f in facts), asks, sha))
-        return tasks
+    def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
+        return fact_task(generation, item, prompts)
 
     def coverage_case(self, item: Item, generation: Generation) -> CoverageCase:
         return CoverageCase(
@@ -229,9 +187,7 @@ class Template(Benchmark[TemplateParams, Item, Item]):
 
     # ---- aggregate and report
 
-    def aggregate(
-        self, ctx: Context[TemplateParams], dataset: Sequence[Item], runs: Sequence[Run]
-    ) -> Aggregated:
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Item], runs: Sequence[Run]) -> Aggregated:
         items = self.items(dataset)
         rows: list[dict[str, Any]] = []
         details: dict[str, list[dict[str, Any]]] = {}
@@ -281,7 +237,7 @@ class Template(Benchmark[TemplateParams, Item, Item]):
         return Aggregated(
             metrics={"rows": rows},
             summary=summary,
-            report="\n".join([f"# {self.title}: fact recall", "", *self._table(rows)]).rstrip()
+            report="\n".join([f"# {self.name}: fact recall", "", *self._table(rows)]).rstrip()
             + "\n",
             runs=[self._run(r, details) for r in rows],
         )
@@ -304,7 +260,7 @@ class Template(Benchmark[TemplateParams, Item, Item]):
 
     def _run(self, row: dict[str, Any], details: dict[str, list[dict[str, Any]]]) -> RunRow:
         key = "|".join((row["system"], row["setting"], row["judge"], row["model"]))
-        numbers = {k: float(row[k]) for k in ROW_KEYS[5:] if row[k] is not None}
+        numbers = {k: float(row[k]) for k in ROW_KEYS[len(RESULT_KEYS) :] if row[k] is not None}
         return RunRow(
             key=key,
             name=f"{row['system']} / {row['judge']}",
@@ -323,12 +279,15 @@ class Template(Benchmark[TemplateParams, Item, Item]):
         return ReportSection([f"Fact recall from {where}.", "", *self._table(rows)])
 
 
-def _verdict_parser(fact_id: str) -> Any:
-    def parse(text: str | None, targets: Sequence[str]) -> Parsed:
-        try:
-            label = parse_verdict(text)
-        except ParseError as e:
-            return {}, {fact_id: str(e)}
-        return {fact_id: Verdict(target_id=fact_id, label=label, raw=(text or "").strip())}, {}
+def fact_task(gen: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
+    """One call per fact of the item: does the answer state it?"""
+    answer = gen.text or ""
+    facts = {f.fact_id: f.text for f in item.facts}
 
-    return parse
+    def one(fact_id: str) -> str:
+        return prompts.prompt.render(answer=answer, fact=facts[fact_id])
+
+    def parse_one(fact_id: str) -> Parser:
+        return label_parser(fact_id, parse_verdict)
+
+    return judge_task(gen, list(facts), prompts, one, parse_one)

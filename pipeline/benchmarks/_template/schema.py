@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.core.errors import DataError, first_error
+from pipeline.core.records import validate_lines
 
 
 class _Strict(BaseModel):
@@ -41,22 +41,7 @@ class Item(_Strict):
 def parse_items(lines: Sequence[tuple[str, Any]], file: str) -> list[Item]:
     """Validate the lines of a JSONL file (`(where, parsed line)`); errors name file:line, item
     and field."""
-    out: list[Item] = []
-    seen: set[str] = set()
-    for where, raw in lines:
-        item = str(raw.get("item_id")) if isinstance(raw, dict) and "item_id" in raw else None
-        try:
-            it = Item.model_validate(raw)
-        except ValidationError as e:
-            field, msg = first_error(e)
-            raise DataError(msg, file=where, item=item, field=field) from e
-        if it.item_id in seen:
-            raise DataError("item_id used twice", file=where, item=it.item_id, field="item_id")
-        seen.add(it.item_id)
-        out.append(it)
-    if not out:
-        raise DataError("no items in the file", file=file)
-    return out
+    return [item for _, item in validate_lines(lines, Item, file)]
 
 
 # A few built-in items (written for this template), so that a new benchmark runs end to end

@@ -15,17 +15,13 @@ from pipeline.benchmarks.long2rag.scoring import (
     length_bucket,
     paired_ratings,
 )
-from pipeline.core.benchmark import Run, RunRow
+from pipeline.core.benchmark import RESULT_KEYS, Details, Rows, Run, RunRow
 from pipeline.core.records import Generation, Judgement
 
 BENCHMARK = "long2rag"
 ENTAILMENT_CATEGORIES = ("entailed", "not_entailed")
 ROW_KEYS = (
-    "benchmark",
-    "system",
-    "setting",
-    "judge",
-    "model",
+    *RESULT_KEYS,
     "kpr",
     "n_questions",
     "n_key_points",
@@ -192,32 +188,22 @@ def row_metrics(row: dict[str, Any]) -> dict[str, float]:
     return m
 
 
-def run_rows(
-    rows: list[dict[str, Any]],
-    details: dict[tuple[str, ...], list[dict[str, Any]]],
-    source: str,
-) -> list[RunRow]:
+def run_rows(rows: Rows, details: Details, source: str) -> list[RunRow]:
     """One MLflow run per row: KPR, counts and breakdowns, per-question verdicts, its plot."""
+    return [run_row(row, details[row_key(row)], source) for row in rows]
+
+
+def run_row(row: dict[str, Any], detail: list[dict[str, Any]], source: str) -> RunRow:
     from pipeline.benchmarks.long2rag.report import plot_png
 
-    out = []
-    for row in rows:
-        key = row_key(row)
-        out.append(
-            RunRow(
-                key="|".join(key),
-                name=f"{row['system']} / {row['setting']} / {row['judge']}",
-                metrics=row_metrics(row),
-                params={k: str(row[k]) for k in ("system", "setting", "judge", "model", "neutral")},
-                tags={
-                    "setting": row["setting"],
-                    "model.name": row["system"],
-                    "dataset.source": source,
-                },
-                artifacts={"questions.jsonl": details[key], "row.json": row},
-                plots={PLOT_NAME: plot_png(row)},
-                model=row["model"],
-                judge=row["judge"],
-            )
-        )
-    return out
+    return RunRow(
+        key="|".join(row_key(row)),
+        name=" / ".join(str(row[k]) for k in ("system", "setting", "judge")),
+        metrics=row_metrics(row),
+        params={k: str(row[k]) for k in ("system", "setting", "judge", "model", "neutral")},
+        tags={"setting": row["setting"], "model.name": row["system"], "dataset.source": source},
+        artifacts={"questions.jsonl": detail, "row.json": row},
+        plots={PLOT_NAME: plot_png(row)},
+        model=row["model"],
+        judge=row["judge"],
+    )

@@ -34,6 +34,7 @@ from pipeline.core.benchmark import (
     CoverageCase,
     CoverageJudge,
     CoverageVerdictLike,
+    JudgePrompts,
     JudgeTask,
     Planned,
     ReportSection,
@@ -44,6 +45,9 @@ from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Verdict
 
 DERIVED = "summhay"
+
+
+Ctx = Context[Long2ragParams]
 
 
 def _counts(qs: Sequence[Question]) -> str:
@@ -59,8 +63,7 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     version = "1"
     params_model = Long2ragParams
     record = Question
-    model_providers = frozenset({"openai", "baseline"})
-    judge_providers = frozenset({"openai", "local"})
+    judge_prompts = ("judge_point", "judge_batch", "repair")
     model_specs = (Long2ragLeadModel,)
     judge_specs = (OverlapJudge,)
 
@@ -76,7 +79,7 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     def construction_llm(self, section: Long2ragParams) -> str | None:
         return None if section.source == DERIVED else section.construction.llm
 
-    def construct(self, ctx: Context[Long2ragParams], ask: Asker | None) -> Constructed[Question]:
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Question]:
         l2 = ctx.section
         if l2.source == DERIVED:
             d = l2.derived
@@ -124,39 +127,21 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     # ---- generate
 
     def plan_generations(
-        self,
-        ctx: Context[Long2ragParams],
-        model: str,
-        spec: OpenAIModel,
-        dataset: Sequence[Question],
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Question]
     ) -> list[Planned]:
         return generation.plan(ctx.section, model, spec, dataset, ctx.prompt("generate"))
 
     def offline_generations(
-        self,
-        ctx: Context[Long2ragParams],
-        model: str,
-        spec: ModelSpec,
-        dataset: Sequence[Question],
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Question]
     ) -> list[Generation]:
         return generation.offline(ctx.section, model, spec, dataset)
 
     # ---- judge
 
-    def judge_tasks(
-        self,
-        ctx: Context[Long2ragParams],
-        judge: str,
-        spec: OpenAIJudge,
-        items: Mapping[str, Question],
-        generations: Sequence[Generation],
-    ) -> list[JudgeTask]:
-        prompt = ctx.prompt("judge_batch" if spec.mode == "batched" else "judge_point")
-        fmt: dict[str, Any] | None = {"type": "json_object"} if spec.json_mode else None
-        return [
-            judging.judge_task(g, items[g.item_id], spec.mode, prompt, ctx.prompt("repair"), fmt)
-            for g in generations
-        ]
+    def judge_task(
+        self, generation: Generation, item: Question, prompts: JudgePrompts
+    ) -> JudgeTask:
+        return judging.judge_task(generation, item, prompts)
 
     def coverage_case(self, item: Question, generation: Generation) -> CoverageCase:
         return CoverageCase(
@@ -174,9 +159,7 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
 
     # ---- aggregate and report
 
-    def aggregate(
-        self, ctx: Context[Long2ragParams], dataset: Sequence[Question], runs: Sequence[Run]
-    ) -> Aggregated:
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Question], runs: Sequence[Run]) -> Aggregated:
         l2 = ctx.section
         rows, details = build_rows(
             dataset, runs, doc_tokens(dataset), l2.scoring.length_buckets, l2.scoring.neutral

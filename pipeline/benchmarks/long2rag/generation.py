@@ -278,22 +278,12 @@ def offline(
     gens = []
     for q, ctx in contexts(section, dataset):
         text = fn(spec, q.question, [t for _, _, t in ctx.documents], section.generation)
-        ok = bool(text.strip())
+        meta = {
+            **context_meta(ctx),
+            "prompt_sha": spec.provider,
+            "max_words": section.generation.max_words,
+        }
         gens.append(
-            Generation(
-                benchmark="long2rag",
-                item_id=q.item_id,
-                model=model,
-                system=system,
-                setting=ctx.setting,
-                status="ok" if ok else "error",
-                text=text if ok else None,
-                error=None if ok else "empty answer",
-                meta={
-                    **context_meta(ctx),
-                    "prompt_sha": spec.provider,
-                    "max_words": section.generation.max_words,
-                },
-            )
+            Generation.offline("long2rag", q.item_id, model, system, ctx.setting, text, meta)
         )
     return gens

@@ -28,11 +28,17 @@ from typing import Any
 from pipeline.benchmarks.long2rag.generation import sentences
 from pipeline.benchmarks.long2rag.schema import Question
 from pipeline.benchmarks.long2rag.scoring import LABELS
-from pipeline.core.benchmark import Ask, CoverageVerdictLike, JudgeTask, Parsed
-from pipeline.core.parse import ParseError, load_object
-from pipeline.core.prompts import Prompt, combined_sha
+from pipeline.core import benchmark as contract
+from pipeline.core.benchmark import (
+    CoverageVerdictLike,
+    JudgePrompts,
+    JudgeTask,
+    Parsed,
+    Parser,
+    label_parser,
+)
+from pipeline.core.parse import ParseError, load_object, per_target
 from pipeline.core.records import Generation, Verdict
-from pipeline.llm.types import ChatRequest
 
 COVERAGE_TO_ENTAILMENT = {
     "FULL_COVERAGE": "yes",
@@ -125,39 +131,7 @@ def parse_single(text: str | None) -> str:
 
 def parse_batch(text: str | None, ids: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
     """(labels by key-point id, problems by id); a whole-answer problem is reported for all."""
-    try:
-        obj = load_object(text)
-        items = obj.get("verdicts")
-        if not isinstance(items, list):
-            raise ParseError('the object has no "verdicts" list')
-    except ParseError as e:
-        return {}, {i: str(e) for i in ids}
-    seen: dict[str, list[Any]] = {}
-    for it in items:
-        if isinstance(it, dict) and str(it.get("claim_id")) in ids:
-            seen.setdefault(str(it.get("claim_id")), []).append(it.get("verdict"))
-    good, bad = {}, {}
-    for i in ids:
-        found = seen.get(i, [])
-        if len(found) != 1:
-            bad[i] = f"claim {i!r} has {len(found)} verdicts, expected exactly one"
-            continue
-        try:
-            good[i] = parse_label(found[0])
-        except ParseError as e:
-            bad[i] = f"claim {i!r}: {e}"
-    return good, bad
-
-
-def _single(target: str) -> Any:
-    def parse(text: str | None, targets: Sequence[str]) -> Parsed:
-        try:
-            label = parse_single(text)
-        except ParseError as e:
-            return {}, {target: str(e)}
-        return {target: Verdict(target_id=target, label=label, raw=(text or "").strip())}, {}
-
-    return parse
+    return per_target(text, ids, "claim_id", "claim", lambda it, _: parse_label(it.get("verdict")))
 
 
 def _batch(text: str | None, targets: Sequence[str]) -> Parsed:
@@ -166,42 +140,19 @@ def _batch(text: str | None, targets: Sequence[str]) -> Parsed:
     return {t: Verdict(target_id=t, label=label, raw=raw) for t, label in good.items()}, bad
 
 
-def judge_task(
-    gen: Generation,
-    q: Question,
-    mode: str,
-    prompt: Prompt,
-    repair: Prompt,
-    fmt: dict[str, Any] | None,
-) -> JudgeTask:
+def judge_task(gen: Generation, q: Question, prompts: JudgePrompts) -> JudgeTask:
     """The asks that judge one answer: one per key point (`per_insight`) or one for all."""
-    sha = combined_sha(prompt, repair)
     answer = gen.text or ""
-    gid = gen.generation_id
-    ids = tuple(k.kp_id for k in q.key_points)
-    if mode == "batched":
-        claims = json.dumps(
-            [{"claim_id": k.kp_id, "text": k.text} for k in q.key_points], ensure_ascii=False
-        )
-        msg = [{"role": "user", "content": prompt.render(answer=answer, claims=claims)}]
-        asks: tuple[Ask, ...] = (
-            Ask(ChatRequest(gid, msg, sha, 0, None, fmt), _batch, ids, repair),
-        )
-    else:
-        asks = tuple(
-            Ask(
-                ChatRequest(
-                    f"{gid}#{k.kp_id}",
-                    [{"role": "user", "content": prompt.render(answer=answer, claim=k.text)}],
-                    sha,
-                    0,
-                    None,
-                    fmt,
-                ),
-                _single(k.kp_id),
-                (k.kp_id,),
-                repair,
-            )
-            for k in q.key_points
-        )
-    return JudgeTask(gen, ids, asks, sha)
+    texts = {k.kp_id: k.text for k in q.key_points}
+
+    def one(kp_id: str) -> str:
+        return prompts.prompt.render(answer=answer, claim=texts[kp_id])
+
+    def every() -> str:
+        claims = [{"claim_id": k, "text": t} for k, t in texts.items()]
+        return prompts.prompt.render(answer=answer, claims=json.dumps(claims, ensure_ascii=False))
+
+    def parse_one(kp_id: str) -> Parser:
+        return label_parser(kp_id, parse_single)
+
+    return contract.judge_task(gen, list(texts), prompts, one, parse_one, every, _batch)

@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.core.errors import DataError, first_error
+from pipeline.core.errors import DataError
+from pipeline.core.records import validate_lines
 
 
 class _Strict(BaseModel):
@@ -95,15 +96,8 @@ def parse_questions(
 
     `n_documents`: the number of documents each question must have (None: any number >= 1).
     """
-    out: list[Question] = []
-    seen: dict[str, str] = {}
-    for where, raw in lines:
-        item = str(raw.get("item_id")) if isinstance(raw, dict) and "item_id" in raw else None
-        try:
-            q = Question.model_validate(raw)
-        except ValidationError as e:
-            field, msg = first_error(e)
-            raise DataError(msg, file=where, item=item, field=field) from e
+    out = []
+    for where, q in validate_lines(lines, Question, file):
         if n_documents is not None and len(q.documents) != n_documents:
             raise DataError(
                 f"has {len(q.documents)} documents, expected {n_documents} (long2rag.n_documents)",
@@ -111,15 +105,5 @@ def parse_questions(
                 item=q.item_id,
                 field="documents",
             )
-        if q.item_id in seen:
-            raise DataError(
-                f"item_id already used on line {seen[q.item_id].rsplit(':', 1)[-1]}",
-                file=where,
-                item=q.item_id,
-                field="item_id",
-            )
-        seen[q.item_id] = where
         out.append(q)
-    if not out:
-        raise DataError("no questions in the file", file=file)
     return out

@@ -22,7 +22,7 @@ from pipeline.benchmarks.summhay.scoring import (
     score_summary,
     words_per_bullet,
 )
-from pipeline.core.benchmark import Run, RunRow
+from pipeline.core.benchmark import Details, Rows, Run, RunRow
 from pipeline.core.errors import DataError
 from pipeline.core.records import Judgement
 from pipeline.data.haystacks import Haystack
@@ -281,37 +281,32 @@ def row_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, byt
     return out
 
 
-def run_rows(
-    rows: list[dict[str, Any]],
-    details: dict[tuple[str, ...], list[dict[str, Any]]],
-    partial_credit: float,
-) -> list[RunRow]:
+def run_rows(rows: Rows, details: Details, partial_credit: float) -> list[RunRow]:
     """One MLflow run per row: its numbers, its insight-level scores and its plots."""
     plot_files = row_plots(rows)
-    out = []
-    for row in rows:
-        key = row_key(row)
-        out.append(
-            RunRow(
-                key="|".join(key),
-                name=f"{row['system']} / {row['setting']} / {row['judge']} / {row['mode']}"
-                f" / {row['domain']}",
-                metrics={k: float(row[k]) for k in METRIC_KEYS if row[k] is not None},
-                params={
-                    k: str(row[k])
-                    for k in ("domain", "system", "setting", "judge", "mode", "model")
-                }
-                | {"partial_credit": str(partial_credit)},
-                tags={
-                    "domain": row["domain"],
-                    "mode": row["mode"],
-                    "setting": row["setting"],
-                    "model.name": row["system"],
-                },
-                artifacts={"judgements.jsonl": details[key], "row.json": row},
-                plots=plot_files.get(_plot_group(row), {}),
-                model=row["model"],
-                judge=row["judge"],
-            )
-        )
-    return out
+    return [
+        run_row(row, details[row_key(row)], plot_files.get(_plot_group(row), {}), partial_credit)
+        for row in rows
+    ]
+
+
+def run_row(
+    row: dict[str, Any], detail: list[dict[str, Any]], plots: dict[str, bytes], partial: float
+) -> RunRow:
+    ids = ("domain", "system", "setting", "judge", "mode", "model")
+    return RunRow(
+        key="|".join(row_key(row)),
+        name=" / ".join(str(row[k]) for k in ("system", "setting", "judge", "mode", "domain")),
+        metrics={k: float(row[k]) for k in METRIC_KEYS if row[k] is not None},
+        params={k: str(row[k]) for k in ids} | {"partial_credit": str(partial)},
+        tags={
+            "domain": row["domain"],
+            "mode": row["mode"],
+            "setting": row["setting"],
+            "model.name": row["system"],
+        },
+        artifacts={"judgements.jsonl": detail, "row.json": row},
+        plots=plots,
+        model=row["model"],
+        judge=row["judge"],
+    )

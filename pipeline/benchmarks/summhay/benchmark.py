@@ -33,6 +33,8 @@ from pipeline.core.benchmark import (
     Context,
     CoverageCase,
     CoverageVerdictLike,
+    Gens,
+    JudgePrompts,
     JudgeTask,
     Planned,
     ReportSection,
@@ -42,7 +44,6 @@ from pipeline.core.config import (
     BaselineModel,
     JudgeSpec,
     ModelSpec,
-    OpenAIJudge,
     OpenAIModel,
     Params,
     PublishedModel,
@@ -63,12 +64,16 @@ from pipeline.retrieval.context import RELEASED_RETRIEVERS
 RELEASED_NAME = {ours: theirs for theirs, ours in RELEASED_SETTINGS.items()}
 
 
+Ctx = Context[SummhayParams]
+
+
 class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     name = "summhay"
     title = "SummHay"
     version = "1"
     params_model = SummhayParams
     record = Haystack
+    judge_prompts = ("judge_insight", "judge_batch", "judge_repair")
     model_providers = frozenset({"openai", "published", "baseline"})
     judge_providers = frozenset({"openai", "published", "local"})
     agreement = HumanLabels()
@@ -85,7 +90,7 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
 
     # ---- construct
 
-    def needed_retrievers(self, ctx: Context[SummhayParams]) -> dict[str, str]:
+    def needed_retrievers(self, ctx: Ctx) -> dict[str, str]:
         """Released retrievers whose scores a listed model's setting needs: retriever -> the
         entry that needs it."""
         out: dict[str, str] = {}
@@ -97,7 +102,7 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
                         out.setdefault(s, m)
         return out
 
-    def construct(self, ctx: Context[SummhayParams], ask: Asker | None) -> Constructed[Haystack]:
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Haystack]:
         section = ctx.section
         needed = self.needed_retrievers(ctx)
         hays = []
@@ -131,20 +136,12 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     # ---- generate
 
     def plan_generations(
-        self,
-        ctx: Context[SummhayParams],
-        model: str,
-        spec: OpenAIModel,
-        dataset: Sequence[Haystack],
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Haystack]
     ) -> list[Planned]:
         return generation.plan(ctx.section, ctx.params.seed, model, spec, dataset, ctx.prompts)
 
     def offline_generations(
-        self,
-        ctx: Context[SummhayParams],
-        model: str,
-        spec: ModelSpec,
-        dataset: Sequence[Haystack],
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Haystack]
     ) -> list[Generation]:
         if isinstance(spec, PublishedModel):
             return list(published.generations(model, spec, ctx.inputs, ctx.data_dir, dataset))
@@ -156,21 +153,10 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
 
     # ---- judge
 
-    def judge_tasks(
-        self,
-        ctx: Context[SummhayParams],
-        judge: str,
-        spec: OpenAIJudge,
-        items: Mapping[str, Subtopic],
-        generations: Sequence[Generation],
-    ) -> list[JudgeTask]:
-        prompt = ctx.prompt("judge_batch" if spec.mode == "batched" else "judge_insight")
-        repair = ctx.prompt("judge_repair")
-        fmt: dict[str, Any] | None = {"type": "json_object"} if spec.json_mode else None
-        return [
-            judging.judge_task(g, items[g.item_id], spec.mode, prompt, repair, fmt)
-            for g in generations
-        ]
+    def judge_task(
+        self, generation: Generation, item: Subtopic, prompts: JudgePrompts
+    ) -> JudgeTask:
+        return judging.judge_task(generation, item, prompts)
 
     def coverage_case(self, item: Subtopic, generation: Generation) -> CoverageCase:
         return CoverageCase(
@@ -186,20 +172,13 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
         )
 
     def offline_judgements(
-        self,
-        ctx: Context[SummhayParams],
-        judge: str,
-        spec: JudgeSpec,
-        dataset: Sequence[Haystack],
-        generations: Sequence[Generation],
+        self, ctx: Ctx, judge: str, spec: JudgeSpec, dataset: Sequence[Haystack], gens: Gens
     ) -> list[Judgement]:
-        return list(published.judgements(judge, ctx.inputs, ctx.data_dir, generations))
+        return list(published.judgements(judge, ctx.inputs, ctx.data_dir, gens))
 
     # ---- aggregate and report
 
-    def aggregate(
-        self, ctx: Context[SummhayParams], dataset: Sequence[Haystack], runs: Sequence[Run]
-    ) -> Aggregated:
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Haystack], runs: Sequence[Run]) -> Aggregated:
         scoring = ctx.section.scoring
         rows, details = build_rows(dataset, runs, scoring.modes, scoring.partial_credit / 100.0)
         domains = sorted({h.domain for h in dataset})

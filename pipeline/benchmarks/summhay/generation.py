@@ -103,22 +103,16 @@ def baseline_generations(
     for _hay, sub, setting, ctx in contexts(section, seed, dataset, settings_of(spec)):
         docs = [Doc(d.position, d.text) for d in ctx.documents]
         text = summarize(retrieval_query(sub), docs, spec.bullets or n_insights(sub))
+        meta = {
+            "baseline": spec.kind,
+            "prompt_sha": f"baseline-{spec.kind}",
+            "context_docs": [d.position for d in ctx.documents],
+            "context_tokens": ctx.n_tokens,
+        }
         out.append(
-            Generation(
-                benchmark="summhay",
-                item_id=sub.item_id,
-                model=model,
-                system=system,
-                setting=setting,
-                status="ok" if text else "error",
-                text=text or None,
-                error=None if text else "no sentence to extract",
-                meta={
-                    "baseline": spec.kind,
-                    "prompt_sha": f"baseline-{spec.kind}",
-                    "context_docs": [d.position for d in ctx.documents],
-                    "context_tokens": ctx.n_tokens,
-                },
+            Generation.offline(
+                "summhay", sub.item_id, model, system, setting, text, meta,
+                empty="no sentence to extract",
             )
-        )
+        )  # fmt: skip
     return out

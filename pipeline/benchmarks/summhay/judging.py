@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.benchmarks.summhay.scoring import extract_bullets
-from pipeline.core.benchmark import Ask, JudgeTask, Parsed
-from pipeline.core.parse import ParseError, load_object
-from pipeline.core.prompts import Prompt, combined_sha
+from pipeline.core import benchmark as contract
+from pipeline.core.benchmark import JudgePrompts, JudgeTask, Parsed, Parser, single
+from pipeline.core.parse import ParseError, load_object, per_target
 from pipeline.core.records import Generation, Verdict
 from pipeline.data.haystacks import COVERAGE_LABELS, Subtopic
-from pipeline.llm.types import ChatRequest
 
 
 def bullets_json(bullets: Sequence[str]) -> str:
@@ -64,94 +63,33 @@ def parse_batch(
     A whole-answer problem (not JSON, no verdict list) is reported for every insight.
     """
     raw = (text or "").strip()
-    try:
-        obj = load_object(text)
-        items = obj.get("verdicts")
-        if not isinstance(items, list):
-            raise ParseError('the object has no "verdicts" list')
-    except ParseError as e:
-        return {}, {iid: str(e) for iid in insight_ids}
-    wanted = set(insight_ids)
-    seen: dict[str, list[dict[str, Any]]] = {}
-    for it in items:
-        if isinstance(it, dict) and str(it.get("insight_id")) in wanted:
-            seen.setdefault(str(it.get("insight_id")), []).append(it)
-    good: dict[str, Verdict] = {}
-    bad: dict[str, str] = {}
-    for iid in insight_ids:
-        found = seen.get(iid, [])
-        if len(found) != 1:
-            bad[iid] = f"insight {iid!r} has {len(found)} verdicts, expected exactly one"
-            continue
-        try:
-            good[iid] = _verdict_of(found[0], iid, n_bullets, raw)
-        except ParseError as e:
-            bad[iid] = f"insight {iid!r}: {e}"
-    return good, bad
+    return per_target(
+        text, insight_ids, "insight_id", "insight", lambda it, i: _verdict_of(it, i, n_bullets, raw)
+    )
 
 
 # ---------------------------------------------------------------- requests
 
 
-def _single(target: str, n_bullets: int) -> Any:
-    def parse(text: str | None, targets: Sequence[str]) -> Parsed:
-        try:
-            return {target: parse_single(text, target, n_bullets)}, {}
-        except ParseError as e:
-            return {}, {target: str(e)}
-
-    return parse
-
-
-def _batch(n_bullets: int) -> Any:
-    def parse(text: str | None, targets: Sequence[str]) -> Parsed:
-        return parse_batch(text, targets, n_bullets)
-
-    return parse
-
-
-def judge_task(
-    gen: Generation,
-    sub: Subtopic,
-    mode: str,
-    prompt: Prompt,
-    repair: Prompt,
-    response_format: dict[str, Any] | None,
-) -> JudgeTask:
+def judge_task(gen: Generation, sub: Subtopic, prompts: JudgePrompts) -> JudgeTask:
     """The asks that judge one summary: one per insight (`per_insight`) or one for all."""
-    sha = combined_sha(prompt, repair)
     bullets = extract_bullets(gen.text or "")
-    n = len(bullets)
-    bj = bullets_json(bullets)
-    gid = gen.generation_id
-    ids = tuple(i.insight_id for i in sub.insights)
-    if mode == "batched":
-        insights = json.dumps(
-            [{"insight_id": i.insight_id, "text": i.text} for i in sub.insights],
-            ensure_ascii=False,
-        )
-        content = prompt.render(bullets=bj, insights=insights)
-        request = ChatRequest(gid, _messages(content), sha, 0, None, response_format)
-        asks: tuple[Ask, ...] = (Ask(request, _batch(n), ids, repair),)
-    else:
-        asks = tuple(
-            Ask(
-                ChatRequest(
-                    f"{gid}#{ins.insight_id}",
-                    _messages(prompt.render(bullets=bj, insight=ins.text)),
-                    sha,
-                    0,
-                    None,
-                    response_format,
-                ),
-                _single(ins.insight_id, n),
-                (ins.insight_id,),
-                repair,
-            )
-            for ins in sub.insights
-        )
-    return JudgeTask(gen, ids, asks, sha)
+    n, listed = len(bullets), bullets_json(bullets)
+    texts = {i.insight_id: i.text for i in sub.insights}
 
+    def one(insight: str) -> str:
+        return prompts.prompt.render(bullets=listed, insight=texts[insight])
 
-def _messages(content: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": content}]
+    def every() -> str:
+        insights = [{"insight_id": i, "text": t} for i, t in texts.items()]
+        return prompts.prompt.render(
+            bullets=listed, insights=json.dumps(insights, ensure_ascii=False)
+        )
+
+    def parse_one(insight: str) -> Parser:
+        return single(lambda text: parse_single(text, insight, n))
+
+    def parse_every(text: str | None, targets: Sequence[str]) -> Parsed:
+        return parse_batch(text, targets, n)
+
+    return contract.judge_task(gen, list(texts), prompts, one, parse_one, every, parse_every)

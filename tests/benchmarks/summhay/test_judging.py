@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.benchmarks.summhay import judging
+from pipeline.core.benchmark import JudgePrompts
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import combined_sha, load_prompt
 from pipeline.core.records import Generation
@@ -108,7 +109,9 @@ def test_judge_task_per_insight_and_batched() -> None:
     p = load_prompt(f"{PROMPTS}/judge_insight.txt", ROOT)
     b = load_prompt(f"{PROMPTS}/judge_batch.txt", ROOT)
     r = load_prompt(f"{PROMPTS}/judge_repair.txt", ROOT)
-    t = judging.judge_task(_gen(), _sub(), "per_insight", p, r, {"type": "json_object"})
+    t = judging.judge_task(
+        _gen(), _sub(), JudgePrompts(p, r, "per_insight", {"type": "json_object"})
+    )
     assert t.targets == ("a", "b") and t.prompt_sha == combined_sha(p, r)
     assert [a.request.key for a in t.asks] == [
         "news1/s1|oracle|m|0#a",
@@ -120,7 +123,7 @@ def test_judge_task_per_insight_and_batched() -> None:
     assert good["a"].link == 2 and not bad
     good, bad = t.asks[0].parse('{"coverage": "FULL_COVERAGE", "bullet_id": 3}', ["a"])
     assert not good and "not a bullet number (1..2)" in bad["a"]
-    t = judging.judge_task(_gen(), _sub(), "batched", b, r, None)
+    t = judging.judge_task(_gen(), _sub(), JudgePrompts(b, r, "batched", None))
     (ask,) = t.asks
     assert ask.request.key == "news1/s1|oracle|m|0" and ask.targets == ("a", "b")
     assert ask.request.response_format is None and t.prompt_sha == combined_sha(b, r)
