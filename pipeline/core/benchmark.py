@@ -8,10 +8,11 @@ nothing to MLflow. It provides, as a subclass of `Benchmark`:
   (`model_specs`, `judge_specs`, named `<name>-<kind>`);
 - dataset construction and validation (`construct`, `record`, `items`), reading raw files only
   through the `Inputs` it is handed and asking a model only through the `Asker` it is handed;
-- the requests of generation (`plan_generations`) and judging (`judge_tasks`, each request with
-  the parser of its answer), answers that need no model (`offline_generations`: baselines and
-  replayed releases; `offline_judgements`), and how a coverage judge (the local judge, or one of
-  its own) sees an output (`coverage_case`, `coverage_verdict`);
+- the requests of generation (`plan_generations`) and judging (`judge_task`: the asks for one
+  output, each request with the parser of its answer, built with `judge_task()` below;
+  `judge_prompts` names its prompts), answers that need no model (`offline_generations`:
+  baselines and replayed releases; `offline_judgements`), and how a coverage judge (the local
+  judge, or one of its own) sees an output (`coverage_case`, `coverage_verdict`);
 - scoring into rows, its report and its MLflow runs (`aggregate` -> `Aggregated`), and its section
   of `lfbench report` (`report_section`);
 - optionally, agreement with human labels (`agreement`) and training data for the local judge

@@ -15,7 +15,6 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, RunRow
 from pipeline.core.config import Params
@@ -148,23 +147,4 @@ def log_sync(experiment: str, report: SyncReport) -> None:
         report.skipped,
         report.superseded,
         report.refreshed,
-    )
-
-
-def track(bench: AnyBenchmark, params: Params, root: Path, tmp: Path) -> Any:
-    """Re-log the benchmark's MLflow runs from its outputs (e.g. after `dvc pull`): the aggregate
-    recomputed (deterministically) into `tmp`, so only MLflow changes."""
-    name = bench.name
-    return aggregate(
-        bench,
-        params,
-        root / "datasets" / f"{name}.jsonl",
-        root / "generations" / name,
-        root / "judgements" / name,
-        tmp / "metrics.json",
-        tmp / "summary.json",
-        tmp / "report.md",
-        root,
-        track=True,
-        agreement_path=root / "metrics" / "agreement.json",
     )
