@@ -27,9 +27,11 @@ $(VENV)/.dev: requirements-dev.lock requirements-nodeps.lock pyproject.toml
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
-## The main job: data (from $$LFBENCH_DATA_MIRROR or the pinned public sources), then dvc repro.
+## The main job: data (from $$LFBENCH_DATA_MIRROR or the pinned public sources), params.yaml and
+## the stages' code dependencies checked, then dvc repro.
 repro: setup
 	lfbench data fetch
+	lfbench check
 	dvc repro
 
 ## The tests: lint, format, types, then pytest (unit, stage and end-to-end tests).
@@ -37,8 +39,8 @@ test: setup-dev lint typecheck
 	pytest
 
 lint: setup-dev
-	ruff check pipeline tests benchmarks scripts
-	ruff format --check pipeline tests benchmarks scripts
+	ruff check pipeline tests perf scripts
+	ruff format --check pipeline tests perf scripts
 
 typecheck: setup-dev
 	mypy

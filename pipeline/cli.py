@@ -4,7 +4,9 @@
     lfbench run <stage> [ARGS]             run a pipeline stage in the chosen runtime (dvc.yaml)
     lfbench image build                    build the stages' image, write build/image.json
     lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
-    lfbench track <benchmark>              (re)log MLflow runs from the metrics files
+    lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
+    lfbench check                          validate params.yaml whole (every benchmark section)
+    lfbench new-benchmark NAME             a new benchmark package from the template
     lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
     lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
     lfbench report [--out DIR]             one HTML + markdown report of the current results
@@ -18,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,10 +27,9 @@ from typing import Any, TypeVar
 import click
 
 from pipeline import __version__
-from pipeline import benchmarks as registry
-from pipeline.config import load_params, load_yaml
-from pipeline.errors import LfbenchError, StageFailed
-from pipeline.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
+from pipeline.core.config import load_params, load_yaml
+from pipeline.core.errors import LfbenchError, StageFailed
+from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,7 +97,7 @@ def data() -> None:
     default=Path("data.sources.yaml"),
     show_default=True,
 )
-@click.option("--only", multiple=True, help="Only files under this folder (e.g. summhay).")
+@click.option("--only", multiple=True, help="Only files under this folder (e.g. one benchmark's).")
 @click.option(
     "--dvc-commit/--no-dvc-commit",
     default=True,
@@ -148,8 +148,11 @@ def stage(ctx: click.Context) -> None:
         write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
 
-def _params(path: Path):  # type: ignore[no-untyped-def]
-    return load_params(path)
+def _bench(name: str, params_path: Path) -> tuple[Any, Any]:
+    """The benchmark and the params, validated for it (the core and its own section)."""
+    from pipeline.core import registry
+
+    return registry.get(name), load_params(params_path, [name])
 
 
 @stage.command("construct")
@@ -158,8 +161,10 @@ def _params(path: Path):  # type: ignore[no-untyped-def]
 @path_option("--out")
 @params_option
 def stage_construct(benchmark: str, data_dir: Path, out: Path, params_path: Path) -> None:
-    """Raw data -> a validated, normalised dataset."""
-    registry.get(benchmark).construct(_params(params_path), data_dir, out)
+    """Raw data -> a validated, normalised dataset (and its usage file)."""
+    from pipeline.stages.construct import construct
+
+    construct(*_bench(benchmark, params_path), data_dir, out, Path.cwd())
 
 
 @stage.command("generate")
@@ -173,7 +178,9 @@ def stage_generate(
     benchmark: str, model: str, dataset: Path, data_dir: Path, out: Path, params_path: Path
 ) -> None:
     """Dataset -> one output per item for one model."""
-    registry.get(benchmark).generate(_params(params_path), model, dataset, data_dir, out)
+    from pipeline.stages.generate import generate
+
+    generate(*_bench(benchmark, params_path), model, dataset, data_dir, out, Path.cwd())
 
 
 @stage.command("judge")
@@ -196,13 +203,24 @@ def stage_judge(
     params_path: Path,
 ) -> None:
     """Outputs -> item-level judgements by one judge."""
-    registry.get(benchmark).judge(
-        _params(params_path), model, judge_name, dataset, generations, data_dir, out
+    from pipeline.stages.judge import judge
+
+    judge(
+        *_bench(benchmark, params_path),
+        model,
+        judge_name,
+        dataset,
+        generations,
+        data_dir,
+        out,
+        Path.cwd(),
     )
 
 
 @stage.command("train-local-judge")
-@click.option("--benchmark", required=True)
+@click.option(
+    "--benchmark", required=True, help="the benchmark whose released judgements it learns"
+)
 @click.option("--judge", "judge_name", required=True)
 @path_option("--data", "data_dir")
 @click.option(
@@ -225,9 +243,10 @@ def stage_train_local_judge(
     params_path: Path,
 ) -> None:
     """Released judgements -> the local judge's model file and its held-out evaluation."""
-    registry.get(benchmark).train_local_judge(
-        _params(params_path), judge_name, data_dir, eval_path, out, metrics
-    )
+    from pipeline.stages.train_judge import train
+
+    bench, params = _bench(benchmark, params_path)
+    train(bench, params, judge_name, data_dir, eval_path, out, metrics, Path.cwd())
 
 
 @stage.command("aggregate")
@@ -240,7 +259,7 @@ def stage_train_local_judge(
     "--summary",
     type=click.Path(path_type=Path),
     required=True,
-    help="Nested {domain/judge/mode: {system/setting: scores}} for dvc metrics diff.",
+    help="The headline numbers nested for dvc metrics diff.",
 )
 @path_option("--report")
 @params_option
@@ -267,8 +286,10 @@ def stage_aggregate(
     agreement_path: Path | None,
 ) -> None:
     """Judgements -> metrics, report and MLflow runs."""
-    registry.get(benchmark).aggregate(
-        _params(params_path),
+    from pipeline.stages.aggregate import aggregate
+
+    aggregate(
+        *_bench(benchmark, params_path),
         dataset,
         generations_dir,
         judgements_dir,
@@ -284,7 +305,7 @@ def stage_aggregate(
 def _agreement_options(f):  # type: ignore[no-untyped-def]
     for opt in reversed(
         [
-            click.option("--benchmark", required=True, type=click.Choice(["summhay"])),
+            click.option("--benchmark", required=True),
             click.option(
                 "--labels",
                 type=click.Path(path_type=Path),
@@ -305,7 +326,7 @@ def _agreement_options(f):  # type: ignore[no-untyped-def]
                 "--project-judges/--published-only",
                 default=True,
                 show_default=True,
-                help="Also score the annotated summaries with the judges of params.yaml.",
+                help="Also score the annotated outputs with the judges of params.yaml.",
             ),
             click.option(
                 "--track/--no-track", default=True, show_default=True, help="Log MLflow runs."
@@ -328,10 +349,10 @@ def _run_agreement(
     track: bool,
     params_path: Path,
 ) -> None:
-    from pipeline.benchmarks.summhay import agreement
+    from pipeline.stages.agreement import agreement
 
-    agreement.run(
-        _params(params_path),
+    agreement(
+        *_bench(benchmark, params_path),
         labels,
         out,
         judgements_dir=judgements_dir,
@@ -375,7 +396,7 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
     """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
     from pipeline import containers
 
-    params = load_params(params_path)
+    params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
     client = containers.docker_client() if params.runtime != "local" else None
     record = containers.read_image_record(root)
@@ -437,9 +458,9 @@ def image_build(out: Path, params_path: Path, base: str | None, tag: str, no_cac
     the record says so and only changes when requirements.lock does.
     """
     from pipeline import containers
-    from pipeline.io import write_json
+    from pipeline.core.io import write_json
 
-    params = load_params(params_path)
+    params = load_params(params_path, [])
     root = Path.cwd()
     client = containers.docker_client() if params.runtime != "local" else None
     chosen = containers.build_runtime(params.runtime, client is not None)
@@ -464,38 +485,65 @@ def image_build(out: Path, params_path: Path, base: str | None, tag: str, no_cac
 @cli.command()
 @click.argument("benchmark")
 @params_option
-def track(benchmark: str, params_path: Path) -> None:
-    """Re-log the MLflow runs of a benchmark from its outputs (e.g. after `dvc pull`)."""
-    if benchmark not in ("summhay", "long2rag"):
-        raise LfbenchError(f"no tracking for benchmark {benchmark!r} yet")
-    # The outputs are recomputed (deterministically) into a scratch folder: only MLflow changes.
-    with tempfile.TemporaryDirectory() as tmp:
-        registry.get(benchmark).aggregate(
-            load_params(params_path),
-            Path(f"datasets/{benchmark}.jsonl"),
-            Path(f"generations/{benchmark}"),
-            Path(f"judgements/{benchmark}"),
-            Path(tmp) / "metrics.json",
-            Path(tmp) / "summary.json",
-            Path(tmp) / "report.md",
-            root=Path.cwd(),
-            track=True,
-            agreement_path=Path("metrics/agreement.json"),
-        )
-    agreement_metrics = Path("metrics/agreement.json")
-    if benchmark == "summhay" and agreement_metrics.exists():
-        from pipeline.benchmarks.summhay import agreement
-        from pipeline.io import read_json
+@click.option(
+    "--dvc-file", type=click.Path(path_type=Path), default=Path("dvc.yaml"), show_default=True
+)
+def track(benchmark: str, params_path: Path, dvc_file: Path) -> None:
+    """Re-log the MLflow runs of a benchmark from its outputs (e.g. after `dvc pull`).
 
-        rows = read_json(agreement_metrics)["rows"]
-        agreement.log_agreement(
-            load_params(params_path),
-            rows,
-            agreement.meta_of_rows(rows),
-            Path("data/summhay/eval_benchmark_data.json"),
-            Path("reports/agreement.png"),
-            Path.cwd(),
-        )
+    Runs the `<benchmark>-aggregate` stage's command of dvc.yaml with its metrics, summary and
+    report sent to a scratch folder (only MLflow changes), and, when the benchmark has an
+    `<benchmark>-agreement` stage whose metrics exist, re-logs its agreement runs.
+    """
+    from pipeline.stages.track import track as track_runs
+
+    track_runs(benchmark, params_path, dvc_file, Path.cwd())
+
+
+@cli.command()
+@params_option
+@click.option(
+    "--dvc-file", type=click.Path(path_type=Path), default=Path("dvc.yaml"), show_default=True
+)
+def check(params_path: Path, dvc_file: Path) -> None:
+    """Validate params.yaml whole (the core and every benchmark section, each by its package),
+    and check that each stage of dvc.yaml depends on all the code it runs."""
+    from pipeline import deps
+    from pipeline.core import registry
+
+    params = load_params(params_path)
+    for name in params.benchmarks():
+        section = params.section(name, registry.get(name).params_model)
+        click.echo(f"{name}: {len(section.models)} models, {len(section.judges)} judges")
+    click.echo(f"{params_path}: valid")
+    root = Path.cwd()
+    stale = [c for c in deps.check(root, dvc_file) if c.uncovered]
+    for c in stale:
+        click.echo(f"{dvc_file}: stage {c.stage} runs code its deps miss: {', '.join(c.uncovered)}")
+        click.echo(f"  deps that cover its code: {', '.join(deps.suggest(root, c.files))}")
+    if stale:
+        raise LfbenchError(f"{len(stale)} stage(s) of {dvc_file} have stale code dependencies")
+    click.echo(f"{dvc_file}: every stage depends on the code it runs")
+
+
+@cli.command("new-benchmark")
+@click.argument("name")
+@click.option(
+    "--wire/--no-wire",
+    default=True,
+    show_default=True,
+    help="Also append its params section to params.yaml and its stages to dvc.yaml.",
+)
+@params_option
+@click.option(
+    "--dvc-file", type=click.Path(path_type=Path), default=Path("dvc.yaml"), show_default=True
+)
+def new_benchmark(name: str, wire: bool, params_path: Path, dvc_file: Path) -> None:
+    """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark)."""
+    from pipeline.scaffold import create
+
+    for line in create(name, Path.cwd(), params_path if wire else None, dvc_file if wire else None):
+        click.echo(line)
 
 
 # ---------------------------------------------------------------- sharing and comparing
@@ -506,7 +554,7 @@ def track(benchmark: str, params_path: Path) -> None:
 @click.option("--port", default=5000, show_default=True, type=int)
 def ui(host: str, port: int) -> None:
     """Serve the MLflow UI on the project's store (mlruns/mlflow.db, or $MLFLOW_TRACKING_URI)."""
-    from pipeline.tracking import tracking_uri
+    from pipeline.stages.tracking import tracking_uri
 
     uri = tracking_uri(Path.cwd())
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import DataError, LfbenchError
+from pipeline.core.errors import DataError, LfbenchError
 from pipeline.metrics.bootstrap import paired_bootstrap
 
 # Tags that say how a run was recorded rather than what it is.
@@ -127,7 +127,7 @@ def compare_runs(
 ) -> dict[str, Any]:
     from mlflow.exceptions import MlflowException
 
-    from pipeline.tracking import _client
+    from pipeline.stages.tracking import _client
 
     client = _client(root)
     runs = []

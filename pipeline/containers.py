@@ -29,9 +29,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from pipeline.errors import LfbenchError
-from pipeline.io import canonical_json, write_json
-from pipeline.lineage import (
+from pipeline.core.errors import LfbenchError
+from pipeline.core.io import canonical_json, write_json
+from pipeline.core.lineage import (
     ENV_GIT_COMMIT,
     ENV_GIT_DIRTY,
     ENV_IMAGE_DIGEST,

@@ -27,17 +27,19 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
-from pipeline.benchmarks.summhay.local_judge import (
+from pipeline.benchmarks.summhay.training import (
     HUMAN_LABELS,
     annotated_haystacks,
     human_cases,
     published_cases,
     read_annotated,
 )
-from pipeline.judges.embeddings import Embedder, default_cache_path
-from pipeline.judges.features import clean_text
-from pipeline.judges.local import LABELS
-from pipeline.judges.train import LabelledCase, Matrix, build_matrix, fit
+from pipeline.core.records import LabelledCase
+from pipeline.judging.embeddings import Embedder, default_cache_path
+from pipeline.judging.features import clean_text
+from pipeline.judging.local import LABELS
+from pipeline.judging.train import Matrix, build_matrix, fit
+from pipeline.stages.common import FileInputs
 
 CREDIT = np.array([0.0, 0.5, 1.0])
 
@@ -80,19 +82,20 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("data/summhay"))
     ap.add_argument("--variants", default="lr,lr-balanced,lr-c0.1,hgb,hgb-pairs")
     args = ap.parse_args()
-    eval_path = args.data / "eval_benchmark_data.json"
+    files, data = FileInputs(Path("/")), str(args.data.resolve())
+    eval_path = f"{data}/eval_benchmark_data.json"
     news = [f"news{i}" for i in range(1, 6)]
-    excluded = annotated_haystacks(eval_path, args.data, news)
+    excluded = annotated_haystacks(files, eval_path, data, news)
     train_ids = [h for h in news if h not in excluded]
     emb = Embedder(default_cache_path())
-    train_cases = published_cases(args.data, train_ids)
-    held_cases = published_cases(args.data, sorted(excluded))
-    hum_cases = human_cases(eval_path)
+    train_cases = published_cases(files, data, train_ids)
+    held_cases = published_cases(files, data, sorted(excluded))
+    hum_cases = human_cases(files.json(eval_path), eval_path)
     mt, mh, mu = (build_matrix(c, emb) for c in (train_cases, held_cases, hum_cases))
     sizes = [len(c.units) for c in hum_cases]
 
     # The reference: GPT-4o's released predictions on the annotated summaries.
-    items = read_annotated(eval_path)
+    items = read_annotated(files.json(eval_path), eval_path)
     g_pred, g_top = [], []
     for item in items:
         p = {x["insight_id"]: x for x in item["predictions_prompted_gpt-4o"]}

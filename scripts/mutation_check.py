@@ -8,7 +8,10 @@ Each mutation is a bug one could plausibly write: an off-by-one between the anno
 and the judges' 1-based bullets, linear weights where quadratic belong, Randolph's k from the
 labels seen, a question without key points counted as recall 0, the leakage guard switched off,
 a replayed judge rated by the wrong released predictions, embedding workers' results put
-back in the wrong order. Exit status 1 if any survives.
+back in the wrong order; and in the shared layers: a judge loop that never repairs or re-reads
+targets it already has, stage dependencies blind to imports inside functions, a registry that
+accepts a duplicate, a construct stage blind to a missing retriever. Exit status 1 if any
+survives.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ MUTATIONS = [
         "pipeline/benchmarks/summhay/agreement.py",
         "hits.append(1.0 if j.link == r.link else 0.0)",
         "hits.append(1.0 if j.link - 1 == r.link else 0.0)",
-        "tests/unit/test_summhay_agreement.py",
+        "tests/benchmarks/summhay/test_agreement.py",
     ),
     Mutation(
         "multi-link-counted-as-miss",
@@ -45,49 +48,84 @@ MUTATIONS = [
         "        if j.multi_link:\n            multi += 1\n            continue\n",
         "        if j.multi_link:\n            multi += 1\n            hits.append(0.0)\n"
         "            continue\n",
-        "tests/unit/test_summhay_agreement.py",
+        "tests/benchmarks/summhay/test_agreement.py",
     ),
     Mutation(
         "kappa-weights-quadratic-as-linear",
         "pipeline/metrics/agreement.py",
         "w = ((i - j) ** 2).astype(float)",
         "w = np.abs(i - j).astype(float)",
-        "tests/unit/test_agreement.py",
+        "tests/metrics/test_agreement.py",
     ),
     Mutation(
         "randolph-k-from-observed-labels",
         "pipeline/metrics/agreement.py",
         "    table, cats = _count_table(ratings, categories)\n    k = len(cats)\n",
         "    table, cats = _count_table(ratings, None)\n    k = len(cats)\n",
-        "tests/unit/test_agreement.py",
+        "tests/metrics/test_agreement.py",
     ),
     Mutation(
         "replayed-judge-wrong-proxy",
-        "pipeline/benchmarks/summhay/agreement.py",
-        "                judged[name] = judged[proxy]\n",
-        "                judged[name] = judged[published_judges(samples)[0]]\n",
-        "tests/unit/test_summhay_agreement.py",
+        "pipeline/stages/agreement.py",
+        "            judged[name] = released[proxy]\n",
+        "            judged[name] = released[next(iter(released))]\n",
+        "tests/benchmarks/summhay/test_agreement.py",
     ),
     Mutation(
         "kpr-excluded-question-as-zero",
         "pipeline/benchmarks/long2rag/scoring.py",
         "            excluded += 1\n            continue\n",
         "            excluded += 1\n            recalls.append(0.0)\n            continue\n",
-        "tests/unit/test_long2rag_scoring.py",
+        "tests/benchmarks/long2rag/test_scoring.py",
     ),
     Mutation(
         "embedding-workers-out-of-order",
-        "pipeline/judges/embeddings.py",
+        "pipeline/judging/embeddings.py",
         "        yield from pool.map(encode_texts, parts)\n",
         "        yield from pool.map(encode_texts, parts[::-1])\n",
-        "tests/unit/test_local_judge.py",
+        "tests/judging/test_local.py",
     ),
     Mutation(
         "leakage-guard-off",
-        "pipeline/benchmarks/summhay/local_judge.py",
+        "pipeline/benchmarks/summhay/training.py",
         "        if reasons:\n",
         "        if reasons and False:\n",
-        "tests/unit/test_local_judge.py",
+        "tests/benchmarks/summhay/test_training.py",
+    ),
+    Mutation(
+        "judge-loop-never-repairs",
+        "pipeline/judging/loop.py",
+        "        if repair and answer.ask.repair is not None:\n",
+        "        if False:\n",
+        "tests/judging/test_loop.py",
+    ),
+    Mutation(
+        "judge-loop-repair-rereads-every-target",
+        "pipeline/judging/loop.py",
+        "            still = _absorb(answer, result, list(bad))\n",
+        "            still = _absorb(answer, result, answer.ask.targets)\n",
+        "tests/judging/test_loop.py",
+    ),
+    Mutation(
+        "stage-deps-skip-function-level-imports",
+        "pipeline/deps.py",
+        "    nodes: Iterable[ast.AST] = tree.body if top_level_only else ast.walk(tree)\n",
+        "    nodes: Iterable[ast.AST] = tree.body\n",
+        "tests/test_deps.py",
+    ),
+    Mutation(
+        "registry-accepts-a-duplicate",
+        "pipeline/core/registry.py",
+        "    if name in _REGISTRY:\n",
+        "    if False:\n",
+        "tests/core/test_benchmark.py",
+    ),
+    Mutation(
+        "construct-ignores-a-missing-retriever",
+        "pipeline/benchmarks/summhay/benchmark.py",
+        "                    if setting not in have:\n",
+        "                    if False:\n",
+        "tests/stages/test_construct_generate.py",
     ),
 ]
 

@@ -1,24 +1,3 @@
-"""The benchmark registry: one package per benchmark, registered by name."""
-
-from __future__ import annotations
-
-import importlib
-from types import ModuleType
-
-from pipeline.errors import ConfigError
-
-_REGISTRY = {
-    "summhay": "pipeline.benchmarks.summhay",
-    "long2rag": "pipeline.benchmarks.long2rag",
-}
-
-
-def names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def get(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(_REGISTRY[name])
-    except KeyError:
-        raise ConfigError(f"unknown benchmark {name!r}; known: {', '.join(names())}") from None
+"""One package per benchmark (`pipeline/benchmarks/<name>/`), each pure and registered by name
+(see `pipeline.core.benchmark` and `pipeline.core.registry`). `_template` is the package a new
+benchmark starts from (`lfbench new-benchmark NAME`)."""

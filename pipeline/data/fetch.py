@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pipeline.config import load_yaml
-from pipeline.errors import DataError
-from pipeline.io import atomic_write_bytes, format_loc
+from pipeline.core.config import load_yaml
+from pipeline.core.errors import DataError, format_loc
+from pipeline.core.io import atomic_write_bytes
 
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 # Another host with the same layout (e.g. a caching proxy) can be named here.

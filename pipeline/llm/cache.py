@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 
 log = logging.getLogger("lfbench.llm")
 

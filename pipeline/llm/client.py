@@ -29,15 +29,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from pipeline.errors import LfbenchError
-from pipeline.io import canonical_json, sha256_text, write_json
+from pipeline.core.errors import LfbenchError
+from pipeline.core.io import canonical_json, sha256_text, write_json
 from pipeline.llm.cache import CachedAnswer, ResponseCache
 from pipeline.llm.journal import JournalEntry, JournalWriter, clear_journal, load_journal
 from pipeline.llm.ratelimit import RateLimiter
+from pipeline.llm.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 
 __all__ = [
     "ChatRequest",
@@ -61,78 +60,6 @@ RETRY_AFTER_CAP_S = 60.0
 PROGRESS_LOG_EVERY_S = 10.0
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 CACHE_KEY_VERSION = 1
-
-
-class EndpointConfig(BaseModel):
-    """One OpenAI-compatible endpoint and model, with its sampling and client settings."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    base_url: str
-    model: str
-    api_key_env: str | None = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    top_p: float | None = None
-    max_tokens: int = Field(default=1024, ge=1)
-    seed: int | None = 0
-    max_concurrency: int = Field(default=8, ge=1)
-    requests_per_minute: float | None = Field(default=None, gt=0)
-    tokens_per_minute: float | None = Field(default=None, gt=0)
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=6, ge=0)
-    price_input_per_1m: float = Field(default=0.0, ge=0)
-    price_output_per_1m: float = Field(default=0.0, ge=0)
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    key: str
-    messages: list[dict[str, str]]
-    prompt_sha: str
-    sample: int = 0
-    max_tokens: int | None = None
-    response_format: dict[str, Any] | None = None
-
-
-class ChatResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    cache_key: str
-    status: Literal["ok", "error"]
-    text: str | None = None
-    finish_reason: str | None = None
-    error: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    requests: int = 0
-    retries: int = 0
-    source: Literal["api", "cache", "journal"] = "api"
-    cost_usd: float = 0.0
-
-
-class UsageReport(BaseModel):
-    label: str
-    items: int
-    ok: int
-    errors: int
-    requests_sent: int
-    retries: int
-    cache_hits: int
-    cache_misses: int
-    journal_hits: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float
-    wall_s: float
-
-    def merged(self, other: UsageReport) -> UsageReport:
-        """The sum of two reports (wall_s summed too); keeps this report's label."""
-        summed: dict[str, Any] = {"label": self.label}
-        for name in type(self).model_fields:
-            if name != "label":
-                summed[name] = getattr(self, name) + getattr(other, name)
-        return UsageReport(**summed)
 
 
 # ---------------------------------------------------------------- helpers

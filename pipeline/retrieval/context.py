@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipeline.benchmarks.summhay.schema import Document, Haystack, Subtopic
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
+from pipeline.data.haystacks import Document, Haystack, Subtopic
 
 DEFAULT_BUDGET_TOKENS = 15_000
 FULL_SETTINGS = ("full", "full-sort", "full-rev-sort", "full-middle", "full-shuffle")

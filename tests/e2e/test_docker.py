@@ -144,7 +144,7 @@ def test_docker_and_local_runs_give_identical_metrics(
 
     from mlflow.tracking import MlflowClient
 
-    from pipeline.tracking import tracking_uri
+    from pipeline.stages.tracking import tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     for proj, runtime, digest in ((project, "docker", image["image_id"]), (local, "local", "none")):

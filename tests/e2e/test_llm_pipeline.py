@@ -224,7 +224,7 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     assert m["judge.requests_sent"] == 4 and m["cost_usd"] > 0
     assert {"generate.cache_hits", "judge.input_tokens", "judge.wall_s"} <= set(m)
     assert r.data.tags["judge.prompt_sha"] not in ("published", "none")
-    news_prompt = (project / "prompts/summhay/generate_news.txt").read_bytes()
+    news_prompt = (project / "pipeline/benchmarks/summhay/prompts/generate_news.txt").read_bytes()
     assert r.data.tags["model.prompt_sha"] == hashlib.sha256(news_prompt).hexdigest()
     assert r.data.tags["model.provider"] == "openai"
 

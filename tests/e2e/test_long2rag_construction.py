@@ -9,21 +9,28 @@ from pathlib import Path
 import pytest
 
 from pipeline.benchmarks.long2rag import construction
+from pipeline.benchmarks.long2rag.params import Long2ragConstruct
 from pipeline.benchmarks.long2rag.schema import L2Document, Question
-from pipeline.config import Long2ragConstruct
-from pipeline.llm.client import EndpointConfig
+from pipeline.core.config import OpenAIJudge
+from pipeline.core.prompts import load_prompt
 from pipeline.llm.testserver import TestServer
-from pipeline.prompts import load_prompt
+from pipeline.stages.construct import StageAsker
 from tests.conftest import ROOT
 
 
 def _prompts() -> construction.Prompts:
     return construction.Prompts(
         **{
-            name: load_prompt(f"prompts/long2rag/{name}.txt", ROOT)
+            name: load_prompt(f"pipeline/benchmarks/long2rag/prompts/{name}.txt", ROOT)
             for name in ("decompose", "extract", "aggregate", "filter", "repair")
         }
     )
+
+
+def _llm(spec: OpenAIJudge, root: Path) -> tuple[construction.Llm, StageAsker]:
+    """The benchmark's side (Llm) over the stage layer's asker (cache and journal under root)."""
+    asker = StageAsker("builder", spec, "long2rag-construct", root)
+    return construction.Llm(asker, _prompts().repair, spec.json_mode), asker
 
 
 def _question() -> Question:
@@ -42,19 +49,15 @@ def test_check_failure_modes(tmp_path: Path, mode: str) -> None:
     with TestServer(
         responder="tests.e2e.long2rag_responder:bad_merger", log_path=tmp_path / "s.log", cwd=ROOT
     ) as srv:
-        endpoint = EndpointConfig(base_url=srv.base_url, model="builder", api_key_env=None)
-        asker = construction.Asker(
-            endpoint, _prompts().repair, tmp_path / "c.sqlite", tmp_path / "j.jsonl", "t"
+        spec = OpenAIJudge(
+            provider="openai", base_url=srv.base_url, model="builder", api_key_env=None
         )
-        out, failures = construction.construct_key_points(
-            [_question()], cfg, _prompts(), asker, "b"
-        )
+        llm, _ = _llm(spec, tmp_path)
+        out, failures = construction.construct_key_points([_question()], cfg, _prompts(), llm, "b")
         n_requests = len(srv.log())
         # a second pass is served from the response cache
-        asker2 = construction.Asker(
-            endpoint, _prompts().repair, tmp_path / "c.sqlite", tmp_path / "j.jsonl", "t"
-        )
-        construction.construct_key_points([_question()], cfg, _prompts(), asker2, "b")
+        llm2, asker2 = _llm(spec, tmp_path)
+        construction.construct_key_points([_question()], cfg, _prompts(), llm2, "b")
         assert len(srv.log()) == n_requests
     assert asker2.report is not None and asker2.report.requests_sent == 0
     # 5 extraction calls (2 points each), 1 aggregation, 1 repair

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pipeline.benchmarks.long2rag.schema import Question
@@ -16,16 +15,13 @@ from pipeline.benchmarks.long2rag.scoring import (
     length_bucket,
     paired_ratings,
 )
-from pipeline.records import Generation, Judgement
+from pipeline.core.benchmark import RESULT_KEYS, Details, Rows, Run, RunRow
+from pipeline.core.records import Generation, Judgement
 
 BENCHMARK = "long2rag"
 ENTAILMENT_CATEGORIES = ("entailed", "not_entailed")
 ROW_KEYS = (
-    "benchmark",
-    "system",
-    "setting",
-    "judge",
-    "model",
+    *RESULT_KEYS,
     "kpr",
     "n_questions",
     "n_key_points",
@@ -38,14 +34,6 @@ ROW_KEYS = (
     "by_category",
     "by_length",
 )
-
-
-@dataclass
-class Run:
-    model: str
-    judge: str
-    generations: list[Generation]
-    judgements: list[Judgement]
 
 
 def setting_order(setting: str) -> tuple[int, int, str]:
@@ -162,3 +150,60 @@ def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
                 )
             out.append(row)
     return out
+
+
+# ---------------------------------------------------------------- what is logged
+
+ID_KEYS = ("benchmark", "system", "setting", "judge", "model", "neutral")
+SECTION_KEYS = ("by_domain", "by_category", "by_length")
+METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS + SECTION_KEYS)
+PLOT_NAME = "kpr_by_domain_and_category.png"
+
+
+def doc_tokens(dataset: Sequence[Question]) -> dict[str, int]:
+    """cl100k_base tokens of each question's documents (the input-length bucket's measure)."""
+    from pipeline.retrieval.tokens import count_tokens_batch
+
+    return {q.item_id: sum(count_tokens_batch([d.text for d in q.documents])) for q in dataset}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """{judge: {system/setting: kpr}} for `dvc metrics show/diff`."""
+    out: dict[str, dict[str, float | None]] = {}
+    for r in rows:
+        out.setdefault(r["judge"], {})[f"{r['system']}/{r['setting']}"] = (
+            None if r["kpr"] is None else round(r["kpr"], 4)
+        )
+    return out
+
+
+def row_metrics(row: dict[str, Any]) -> dict[str, float]:
+    """The row's numbers as MLflow metrics: `kpr`, the counts, and `kpr.<section>.<group>`."""
+    m = {k: float(row[k]) for k in METRIC_KEYS if row[k] is not None}
+    for section in SECTION_KEYS:
+        for group, cell in row[section].items():
+            if cell["kpr"] is not None:
+                safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in group)[:80]
+                m[f"kpr.{section.removeprefix('by_')}.{safe}"] = float(cell["kpr"])
+    return m
+
+
+def run_rows(rows: Rows, details: Details, source: str) -> list[RunRow]:
+    """One MLflow run per row: KPR, counts and breakdowns, per-question verdicts, its plot."""
+    return [run_row(row, details[row_key(row)], source) for row in rows]
+
+
+def run_row(row: dict[str, Any], detail: list[dict[str, Any]], source: str) -> RunRow:
+    from pipeline.benchmarks.long2rag.report import plot_png
+
+    return RunRow(
+        key="|".join(row_key(row)),
+        name=" / ".join(str(row[k]) for k in ("system", "setting", "judge")),
+        metrics=row_metrics(row),
+        params={k: str(row[k]) for k in ("system", "setting", "judge", "model", "neutral")},
+        tags={"setting": row["setting"], "model.name": row["system"], "dataset.source": source},
+        artifacts={"questions.jsonl": detail, "row.json": row},
+        plots={PLOT_NAME: plot_png(row)},
+        model=row["model"],
+        judge=row["judge"],
+    )

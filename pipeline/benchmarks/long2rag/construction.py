@@ -17,8 +17,9 @@ The paper's pipeline (§3.3), with the project's own prompts (prompts/long2rag/)
    probability that it is a key point; the paper uses P(YES) from a local model's logits, which
    a chat endpoint does not give) and is kept when score >= `construction.threshold` (0.7).
 
-Every call goes through `pipeline.llm` (response cache and the stage's journal), so a re-run or a
-resume after a crash sends no call twice. Parsing is strict (one JSON object of the asked shape).
+Every call goes through the `Asker` the stage layer hands in (the model layer's response cache and
+the stage's journal, the judge loop's one repair), so a re-run or a resume after a crash sends no
+call twice. Parsing is strict (one JSON object of the asked shape).
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from pipeline.benchmarks.long2rag.params import Long2ragConstruct
 from pipeline.benchmarks.long2rag.schema import KeyPoint, Question
-from pipeline.benchmarks.summhay.judging import ParseError, _load_object
-from pipeline.config import Long2ragConstruct
-from pipeline.llm.client import ChatRequest, EndpointConfig, UsageReport, run_chat_sync
-from pipeline.prompts import Prompt
+from pipeline.core.benchmark import Ask, Asker, single
+from pipeline.core.parse import ParseError, load_object, string_list, unit_score
+from pipeline.core.prompts import Prompt
+from pipeline.llm.types import ChatRequest
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,8 @@ class Prompts:
 # ---------------------------------------------------------------- parsers (pure)
 
 
-def parse_string_list(text: str | None, key: str) -> list[str]:
-    obj = _load_object(text)
-    items = obj.get(key)
-    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
-        raise ParseError(f'"{key}" must be a list of strings')
-    return [x.strip() for x in items if x.strip()]
+parse_string_list = string_list
+parse_score = unit_score
 
 
 def parse_aggregation(text: str | None, n_points: int) -> list[tuple[str, list[int]]]:
@@ -65,7 +62,7 @@ def parse_aggregation(text: str | None, n_points: int) -> list[tuple[str, list[i
 
     Raises ParseError unless every number 1..n_points is in exactly one merged point.
     """
-    obj = _load_object(text)
+    obj = load_object(text)
     items = obj.get("key_points")
     if not isinstance(items, list) or not items:
         raise ParseError('the object needs a non-empty "key_points" list')
@@ -112,14 +109,6 @@ def _parse_aggregation_of(n_points: int, text: str | None) -> list[tuple[str, li
     return parse_aggregation(text, n_points)
 
 
-def parse_score(text: str | None) -> float:
-    obj = _load_object(text)
-    score = obj.get("score")
-    if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
-        raise ParseError(f'"score" must be a number between 0 and 1, got {json.dumps(score)}')
-    return float(score)
-
-
 # ---------------------------------------------------------------- one batch of questions
 
 
@@ -131,79 +120,48 @@ class _Ask:
     parse: Callable[[str | None], Any]
 
 
-@dataclass
-class Asker:
-    """Sends batches of prompts through the project's client, parses, repairs once."""
+class Failure(str):
+    """Why an ask has no value (a request that failed, or an answer unusable after a repair)."""
 
-    endpoint: EndpointConfig
-    repair_prompt: Prompt
-    cache_path: Path | None
-    journal_path: Path | None
-    label: str
+
+@dataclass(frozen=True)
+class Llm:
+    """The model construction asks, through the stage layer's `Asker` (the judge loop: cache,
+    journal, one repair with the `repair` prompt)."""
+
+    ask: Asker
+    repair: Prompt
     json_mode: bool = True
-    report: UsageReport | None = None
-    calls: int = 0
 
-    def _request(self, key: str, messages: list[dict[str, str]], sha: str) -> ChatRequest:
-        fmt = {"type": "json_object"} if self.json_mode else None
-        return ChatRequest(key, messages, sha, 0, None, fmt)
-
-    def _send(self, reqs: list[ChatRequest], step: str) -> list[Any]:
-        results, rep = run_chat_sync(
-            self.endpoint,
-            reqs,
-            cache_path=self.cache_path,
-            journal_path=self.journal_path,
-            label=f"{self.label} ({step})",
-        )
-        self.report = rep if self.report is None else self.report.merged(rep)
-        self.calls += len(reqs)
-        return results
-
-    def ask(self, asks: Sequence[_Ask], step: str) -> dict[str, Any]:
-        """Parsed answer by key, or a `ParseError`/str error for the keys that stayed unusable."""
+    def send(self, asks: Sequence[_Ask], step: str) -> dict[str, Any]:
+        """Parsed answer by key, or a `Failure` for the keys that stayed unusable."""
         if not asks:
             return {}
-        firsts = [
-            self._request(
-                a.key,
-                [{"role": "user", "content": a.content}],
-                a.prompt.sha + self.repair_prompt.sha,
+        fmt = {"type": "json_object"} if self.json_mode else None
+        requests = [
+            Ask(
+                ChatRequest(
+                    a.key,
+                    [{"role": "user", "content": a.content}],
+                    a.prompt.sha + self.repair.sha,
+                    0,
+                    None,
+                    fmt,
+                ),
+                single(a.parse),
+                repair=self.repair,
             )
             for a in asks
         ]
-        out: dict[str, Any] = {}
-        retry: list[tuple[_Ask, ChatRequest]] = []
-        for a, req, res in zip(asks, firsts, self._send(firsts, step), strict=True):
-            if res.status != "ok":
-                out[a.key] = f"request failed: {res.error}"
-                continue
-            try:
-                out[a.key] = a.parse(res.text)
-            except ParseError as e:
-                msgs = [
-                    *req.messages,
-                    {"role": "assistant", "content": res.text or ""},
-                    {"role": "user", "content": self.repair_prompt.render(problem=str(e))},
-                ]
-                retry.append((a, self._request(a.key + "#repair", msgs, req.prompt_sha)))
-        if retry:
-            log.info("%s (%s): %d answers unusable, one repair each", self.label, step, len(retry))
-            for (a, _), res in zip(
-                retry, self._send([r for _, r in retry], step + " repair"), strict=True
-            ):
-                if res.status != "ok":
-                    out[a.key] = f"request failed: {res.error}"
-                    continue
-                try:
-                    out[a.key] = a.parse(res.text)
-                except ParseError as e:
-                    out[a.key] = ParseError(f"{e} | answer: {(res.text or '')[:500]}")
-        return out
+        answers = self.ask(requests, step)
+        return {
+            a.key: ans.value if ans.ok else Failure(ans.failure)
+            for a, ans in zip(asks, answers, strict=True)
+        }
 
 
 def _failed(v: Any) -> bool:
-    return isinstance(v, ParseError | str)
+    return isinstance(v, Failure)
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -224,7 +182,7 @@ def construct_key_points(
     questions: Sequence[Question],
     cfg: Long2ragConstruct,
     prompts: Prompts,
-    asker: Asker,
+    llm: Llm,
     llm_name: str,
 ) -> tuple[list[Question], list[tuple[str, str]]]:
     """(questions with key points built where they had none, [(item_id, error)] of failures).
@@ -244,7 +202,7 @@ def construct_key_points(
             for s in states
             if not s.q.sub_questions
         ]
-        got = asker.ask(asks, "decompose")
+        got = llm.send(asks, "decompose")
         for s in states:
             v = got.get(f"{s.q.item_id}#decompose")
             if v is None:
@@ -279,7 +237,7 @@ def construct_key_points(
                         lambda t: parse_string_list(t, "points"),
                     )
                 )
-        got = asker.ask(asks, f"extract round {rnd}")
+        got = llm.send(asks, f"extract round {rnd}")
         for a in asks:
             item, _, doc_id, _ = a.key.split("#")
             s = by_id[item]
@@ -324,7 +282,7 @@ def construct_key_points(
                 functools.partial(_parse_aggregation_of, n),
             )
         )
-    got = asker.ask(asks, "aggregate")
+    got = llm.send(asks, "aggregate")
     merged: dict[str, list[KeyPoint]] = {}
     for s in todo:
         if s.error:
@@ -364,7 +322,7 @@ def construct_key_points(
             for item, kps in merged.items()
             for kp in kps
         ]
-        got = asker.ask(asks, "filter")
+        got = llm.send(asks, "filter")
         for item, kps in list(merged.items()):
             kept = []
             for kp in kps:

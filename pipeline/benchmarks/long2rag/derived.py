@@ -20,19 +20,12 @@ scorer excludes it and counts it (`n_excluded_questions`). These questions are n
 
 from __future__ import annotations
 
-import logging
+import posixpath
 from collections.abc import Sequence
-from pathlib import Path
 
 from pipeline.benchmarks.long2rag.schema import KeyPoint, L2Document, Question
-from pipeline.benchmarks.summhay.schema import (
-    Haystack,
-    haystack_file,
-    load_raw_haystack,
-    normalise,
-)
-
-log = logging.getLogger(__name__)
+from pipeline.core.benchmark import Inputs
+from pipeline.data.haystacks import Haystack, haystack_file, normalise, parse_raw_haystack
 
 DERIVED_FROM = "summhay"
 
@@ -90,28 +83,27 @@ def questions_from_haystack(hay: Haystack, n_documents: int, retriever: str) -> 
 
 
 def derive(
-    data_dir: Path,
+    inputs: Inputs,
+    data_dir: str,
     haystacks: Sequence[str],
     subtopics: int | None,
     n_documents: int,
     retriever: str,
-) -> list[Question]:
+) -> tuple[list[Question], str]:
+    """The derived questions, and a line for the log."""
     out: list[Question] = []
     for hid in haystacks:
-        path = data_dir / haystack_file(hid)
-        hay = normalise(hid, load_raw_haystack(path), source_file=path.name)
+        path = posixpath.join(data_dir, haystack_file(hid))
+        hay = normalise(
+            hid, parse_raw_haystack(inputs.json(path), path), source_file=haystack_file(hid)
+        )
         if subtopics is not None:
             hay = hay.model_copy(update={"subtopics": hay.subtopics[:subtopics]})
         out.extend(questions_from_haystack(hay, n_documents, retriever))
     empty = sum(1 for q in out if not q.key_points)
-    log.info(
-        "derived %d questions from %d SummHay haystacks (%s top %d): %d key points, %d questions"
-        " whose documents hold no insight (excluded from KPR)",
-        len(out),
-        len(haystacks),
-        retriever,
-        n_documents,
-        sum(len(q.key_points) for q in out),
-        empty,
+    note = (
+        f"derived from {len(haystacks)} SummHay haystacks ({retriever} top {n_documents}):"
+        f" {sum(len(q.key_points) for q in out)} key points, {empty} questions whose documents"
+        " hold no insight (excluded from KPR)"
     )
-    return out
+    return out, note

@@ -24,18 +24,19 @@ Providers (one function per provider in `PROVIDERS`):
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.benchmarks.long2rag.params import Long2ragGeneration, Long2ragParams
 from pipeline.benchmarks.long2rag.schema import Question
-from pipeline.config import Long2ragGeneration
-from pipeline.errors import ConfigError
-from pipeline.prompts import Prompt
-
-log = logging.getLogger(__name__)
+from pipeline.core.benchmark import Planned
+from pipeline.core.config import OpenAIModel
+from pipeline.core.errors import ConfigError
+from pipeline.core.prompts import Prompt
+from pipeline.core.records import Generation, generation_id
+from pipeline.llm.types import ChatRequest
 
 LONG_CONTEXT = "long_context"
 DOC_SEPARATOR = "\n\n"
@@ -222,3 +223,67 @@ def context_meta(ctx: Context) -> dict[str, Any]:
         "context_docs": [d for d, _, _ in ctx.documents],
         "chunks": [list(c) for c in ctx.chunks],
     }
+
+
+# ---------------------------------------------------------------- the stage's two paths
+
+
+def contexts(
+    section: Long2ragParams, dataset: Sequence[Question]
+) -> list[tuple[Question, Context]]:
+    """Every (question, setting) context, in dataset order."""
+    return [(q, build_context(q, s, section.generation)) for q in dataset for s in section.settings]
+
+
+def system_of(model: str, spec: Any) -> str:
+    return str(getattr(spec, "system", None) or model)
+
+
+def plan(
+    section: Long2ragParams,
+    model: str,
+    spec: OpenAIModel,
+    dataset: Sequence[Question],
+    prompt: Prompt,
+) -> list[Planned]:
+    """One request per (question, setting), answer length `generation.max_tokens`."""
+    system = system_of(model, spec)
+    max_tokens = section.generation.max_tokens or spec.max_tokens
+    out = []
+    for q, ctx in contexts(section, dataset):
+        request = ChatRequest(
+            key=generation_id(q.item_id, system, ctx.setting, 0),
+            messages=[{"role": "user", "content": render_prompt(prompt, q, ctx)}],
+            prompt_sha=prompt.sha,
+            max_tokens=section.generation.max_tokens,
+        )
+        meta = {
+            **context_meta(ctx),
+            "prompt": prompt.path,
+            "prompt_sha": prompt.sha,
+            "max_tokens": max_tokens,
+        }
+        out.append(Planned(request, q.item_id, system, ctx.setting, 0, meta))
+    return out
+
+
+def offline(
+    section: Long2ragParams, model: str, spec: Any, dataset: Sequence[Question]
+) -> list[Generation]:
+    """The answers of a provider that needs no model (`LOCAL_PROVIDERS`)."""
+    fn = LOCAL_PROVIDERS.get(spec.provider)
+    if fn is None:
+        raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run long2rag")
+    system = system_of(model, spec)
+    gens = []
+    for q, ctx in contexts(section, dataset):
+        text = fn(spec, q.question, [t for _, _, t in ctx.documents], section.generation)
+        meta = {
+            **context_meta(ctx),
+            "prompt_sha": spec.provider,
+            "max_words": section.generation.max_words,
+        }
+        gens.append(
+            Generation.offline("long2rag", q.item_id, model, system, ctx.setting, text, meta)
+        )
+    return gens

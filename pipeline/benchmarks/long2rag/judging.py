@@ -3,8 +3,9 @@
 Providers:
 - `openai`: an LLM with the project's prompt, one call per (key point, answer) (`mode:
   per_insight`, the paper's protocol) or all key points of an answer in one call (`batched`).
-  Answers are parsed strictly; an unusable answer gets one repair call, then the verdict is
-  recorded `invalid` (left out of KPR and counted), never scored 0.
+  Answers are parsed strictly; the stage layer's judge loop gives an unusable answer one repair
+  call (the `repair` prompt), then records the verdict `invalid` (left out of KPR and counted),
+  never scored 0.
 - `local`: the project's local judge (pipeline/judges/local.py, `LocalJudge.judge_many`), adapted
   from coverage to entailment: the key point plays the "insight", the answer's sentences the
   "bullets"; FULL_COVERAGE -> "yes", PARTIAL_COVERAGE -> "neutral", NO_COVERAGE -> "no" (so
@@ -22,15 +23,22 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from pipeline.benchmarks.long2rag.generation import sentences
 from pipeline.benchmarks.long2rag.schema import Question
 from pipeline.benchmarks.long2rag.scoring import LABELS
-from pipeline.benchmarks.summhay.judging import ParseError, _load_object
-from pipeline.llm.client import ChatRequest
-from pipeline.prompts import Prompt
-from pipeline.records import Generation, Verdict
+from pipeline.core import benchmark as contract
+from pipeline.core.benchmark import (
+    CoverageVerdictLike,
+    JudgePrompts,
+    JudgeTask,
+    Parsed,
+    Parser,
+    label_parser,
+)
+from pipeline.core.parse import ParseError, load_object, per_target
+from pipeline.core.records import Generation, Verdict
 
 COVERAGE_TO_ENTAILMENT = {
     "FULL_COVERAGE": "yes",
@@ -39,24 +47,7 @@ COVERAGE_TO_ENTAILMENT = {
 }
 
 
-# ---------------------------------------------------------------- the coverage-judge interface
-
-
-class CoverageVerdictLike(Protocol):
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def bullet(self) -> int | None: ...
-
-
-class CoverageJudge(Protocol):
-    """What the local judge offers (pipeline/judges/local.py): for each case (insight texts,
-    bullet texts), one verdict per insight with a coverage label and the 1-based bullet."""
-
-    def judge_many(
-        self, cases: Sequence[tuple[Sequence[str], Sequence[str]]]
-    ) -> Sequence[Sequence[CoverageVerdictLike]]: ...
+# ---------------------------------------------------------------- coverage judges
 
 
 _MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
@@ -67,37 +58,14 @@ def answer_units(answer: str) -> list[str]:
     return [_MARKER.sub("", s) for s in sentences(answer) if _MARKER.sub("", s).strip()]
 
 
-def entailment_verdicts(
-    judge: CoverageJudge,
-    cases: Sequence[tuple[Sequence[tuple[str, str]], str]],
-) -> list[list[Verdict]]:
-    """Run a coverage judge as an entailment judge.
-
-    cases: [([(kp_id, key point text), ...], answer text), ...] -> one Verdict per key point,
-    label yes/no/neutral, link = the answer sentence (1-based) it was matched to, if any.
-    """
-    batch = [([t for _, t in kps], answer_units(answer)) for kps, answer in cases]
-    out = judge.judge_many(batch)
-    if len(out) != len(cases):
-        raise ValueError(f"the judge answered {len(out)} cases for {len(cases)}")
-    verdicts = []
-    for (kps, _), vs in zip(cases, out, strict=True):
-        if len(vs) != len(kps):
-            raise ValueError(f"the judge gave {len(vs)} verdicts for {len(kps)} key points")
-        row = []
-        for (kp_id, _), v in zip(kps, vs, strict=True):
-            if v.label not in COVERAGE_TO_ENTAILMENT:
-                raise ValueError(f"unknown coverage label {v.label!r}")
-            row.append(
-                Verdict(
-                    target_id=kp_id,
-                    label=COVERAGE_TO_ENTAILMENT[v.label],
-                    link=v.bullet,
-                    raw=v.label,
-                )
-            )
-        verdicts.append(row)
-    return verdicts
+def entailment_verdict(target: str, v: CoverageVerdictLike) -> Verdict:
+    """A coverage verdict as an entailment verdict: FULL -> yes, PARTIAL -> neutral, NO -> no;
+    `link` = the answer sentence (1-based) it was matched to, if any."""
+    if v.label not in COVERAGE_TO_ENTAILMENT:
+        raise ValueError(f"unknown coverage label {v.label!r}")
+    return Verdict(
+        target_id=target, label=COVERAGE_TO_ENTAILMENT[v.label], link=v.bullet, raw=v.label
+    )
 
 
 @dataclass(frozen=True)
@@ -158,54 +126,33 @@ def parse_label(value: Any) -> str:
 
 
 def parse_single(text: str | None) -> str:
-    return parse_label(_load_object(text).get("verdict"))
+    return parse_label(load_object(text).get("verdict"))
 
 
 def parse_batch(text: str | None, ids: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
     """(labels by key-point id, problems by id); a whole-answer problem is reported for all."""
-    try:
-        obj = _load_object(text)
-        items = obj.get("verdicts")
-        if not isinstance(items, list):
-            raise ParseError('the object has no "verdicts" list')
-    except ParseError as e:
-        return {}, {i: str(e) for i in ids}
-    seen: dict[str, list[Any]] = {}
-    for it in items:
-        if isinstance(it, dict) and str(it.get("claim_id")) in ids:
-            seen.setdefault(str(it.get("claim_id")), []).append(it.get("verdict"))
-    good, bad = {}, {}
-    for i in ids:
-        found = seen.get(i, [])
-        if len(found) != 1:
-            bad[i] = f"claim {i!r} has {len(found)} verdicts, expected exactly one"
-            continue
-        try:
-            good[i] = parse_label(found[0])
-        except ParseError as e:
-            bad[i] = f"claim {i!r}: {e}"
-    return good, bad
+    return per_target(text, ids, "claim_id", "claim", lambda it, _: parse_label(it.get("verdict")))
 
 
-def first_requests(
-    gen: Generation,
-    q: Question,
-    mode: str,
-    prompt: Prompt,
-    sha: str,
-    fmt: dict[str, Any] | None,
-) -> list[tuple[str | None, ChatRequest]]:
+def _batch(text: str | None, targets: Sequence[str]) -> Parsed:
+    good, bad = parse_batch(text, list(targets))
+    raw = (text or "").strip()
+    return {t: Verdict(target_id=t, label=label, raw=raw) for t, label in good.items()}, bad
+
+
+def judge_task(gen: Generation, q: Question, prompts: JudgePrompts) -> JudgeTask:
+    """The asks that judge one answer: one per key point (`per_insight`) or one for all."""
     answer = gen.text or ""
-    gid = gen.generation_id
-    msg = [{"role": "user", "content": ""}]
-    if mode == "batched":
-        claims = json.dumps(
-            [{"claim_id": k.kp_id, "text": k.text} for k in q.key_points], ensure_ascii=False
-        )
-        msg = [{"role": "user", "content": prompt.render(answer=answer, claims=claims)}]
-        return [(None, ChatRequest(gid, msg, sha, 0, None, fmt))]
-    out: list[tuple[str | None, ChatRequest]] = []
-    for k in q.key_points:
-        msg = [{"role": "user", "content": prompt.render(answer=answer, claim=k.text)}]
-        out.append((k.kp_id, ChatRequest(f"{gid}#{k.kp_id}", msg, sha, 0, None, fmt)))
-    return out
+    texts = {k.kp_id: k.text for k in q.key_points}
+
+    def one(kp_id: str) -> str:
+        return prompts.prompt.render(answer=answer, claim=texts[kp_id])
+
+    def every() -> str:
+        claims = [{"claim_id": k, "text": t} for k, t in texts.items()]
+        return prompts.prompt.render(answer=answer, claims=json.dumps(claims, ensure_ascii=False))
+
+    def parse_one(kp_id: str) -> Parser:
+        return label_parser(kp_id, parse_single)
+
+    return contract.judge_task(gen, list(texts), prompts, one, parse_one, every, _batch)

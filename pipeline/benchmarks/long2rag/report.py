@@ -6,6 +6,9 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline.core.benchmark import ReportSection
+from pipeline.core.markdown import fmt, need, table
+
 
 def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
@@ -87,3 +90,30 @@ def plot_png(row: dict[str, Any]) -> bytes:
     fig.savefig(buf, format="png", dpi=80, metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
+
+
+def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
+    """Long²RAG's part of `lfbench report`: the KPR table and the breakdown plot."""
+    from pipeline.benchmarks.long2rag.plots import kpr_breakdown
+
+    body = []
+    for n, r in enumerate(rows, 1):
+        need(r, ("system", "setting", "judge", "kpr"), where, n)
+        body.append(
+            [
+                r["system"],
+                r["setting"],
+                r["judge"],
+                fmt(r["kpr"], 3),
+                fmt(r.get("n_questions")),
+                fmt(r.get("n_key_points")),
+            ]
+        )
+    out = [f"Key Point Recall from {where}.", ""]
+    out += table(["system", "setting", "judge", "KPR", "questions", "key points"], body)
+    figs: list[tuple[str, bytes]] = []
+    try:
+        figs.append(("Long²RAG KPR by domain and category", kpr_breakdown(rows)))
+    except ValueError as e:  # rows without breakdowns: the table stands alone
+        out += [f"(no breakdown plot: {e})", ""]
+    return ReportSection(out, figs)

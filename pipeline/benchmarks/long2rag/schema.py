@@ -22,14 +22,13 @@ Every error names the file and line, the question id and the field.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.errors import DataError
-from pipeline.io import first_error
+from pipeline.core.errors import DataError
+from pipeline.core.records import validate_lines
 
 
 class _Strict(BaseModel):
@@ -89,49 +88,22 @@ class Question(_Strict):
         return self
 
 
-def load_questions(path: Path, n_documents: int | None = 5) -> list[Question]:
-    """Read and validate a Long²RAG JSONL file (yours or the pipeline's).
+def parse_questions(
+    lines: Sequence[tuple[str, Any]], file: str, n_documents: int | None = 5
+) -> list[Question]:
+    """Validate the lines of a Long²RAG JSONL file (`(where, parsed line)`, where =
+    `<file>:<line>`): each question, unique ids, the number of documents.
 
     `n_documents`: the number of documents each question must have (None: any number >= 1).
     """
-    if not path.exists():
-        raise DataError("file not found", file=str(path))
-    out: list[Question] = []
-    seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"not valid JSON ({e.msg})", file=where) from e
-            item = str(raw.get("item_id")) if isinstance(raw, dict) and "item_id" in raw else None
-            try:
-                q = Question.model_validate(raw)
-            except ValidationError as e:
-                field, msg = first_error(e)
-                if field == "<root>" and ": " in msg:  # a cross-field check names its own field
-                    field, msg = msg.removeprefix("Value error, ").split(": ", 1)
-                raise DataError(msg, file=where, item=item, field=field) from e
-            if n_documents is not None and len(q.documents) != n_documents:
-                raise DataError(
-                    f"has {len(q.documents)} documents, expected {n_documents}"
-                    " (long2rag.n_documents)",
-                    file=where,
-                    item=q.item_id,
-                    field="documents",
-                )
-            if q.item_id in seen:
-                raise DataError(
-                    f"item_id already used on line {seen[q.item_id]}",
-                    file=where,
-                    item=q.item_id,
-                    field="item_id",
-                )
-            seen[q.item_id] = lineno
-            out.append(q)
-    if not out:
-        raise DataError("no questions in the file", file=str(path))
+    out = []
+    for where, q in validate_lines(lines, Question, file):
+        if n_documents is not None and len(q.documents) != n_documents:
+            raise DataError(
+                f"has {len(q.documents)} documents, expected {n_documents} (long2rag.n_documents)",
+                file=where,
+                item=q.item_id,
+                field="documents",
+            )
+        out.append(q)
     return out

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
-from pipeline.benchmarks.summhay.schema import Haystack
 from pipeline.benchmarks.summhay.scoring import (
     InsightScore,
     Mode,
@@ -23,8 +22,10 @@ from pipeline.benchmarks.summhay.scoring import (
     score_summary,
     words_per_bullet,
 )
-from pipeline.errors import DataError
-from pipeline.records import Generation, Judgement
+from pipeline.core.benchmark import Details, Rows, Run, RunRow
+from pipeline.core.errors import DataError
+from pipeline.core.records import Judgement
+from pipeline.data.haystacks import Haystack
 
 ROW_KEYS = (
     "benchmark",
@@ -72,16 +73,6 @@ class _Group:
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 6)
-
-
-@dataclass(frozen=True)
-class Run:
-    """The generations of one model and one judge's judgements of them."""
-
-    model: str
-    judge: str
-    generations: Sequence[Generation]
-    judgements: Sequence[Judgement]
 
 
 def build_rows(
@@ -233,3 +224,89 @@ def build_rows(
 
 def row_key(row: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(row[k]) for k in ("domain", "system", "setting", "judge", "mode", "model"))
+
+
+# ---------------------------------------------------------------- what is logged
+
+
+# Every numeric column of a row is an MLflow metric; the others identify the row.
+ID_KEYS = ("benchmark", "domain", "system", "setting", "judge", "mode", "model")
+METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """The headline scores nested for `dvc metrics show/diff`: {domain/judge/mode: {system/
+    setting: {coverage, citation, joint}}} (DVC cannot read the row list)."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for r in rows:
+        section = out.setdefault(f"{r['domain']}/{r['judge']}/{r['mode']}", {})
+        section[f"{r['system']}/{r['setting']}"] = {
+            k: None if r[k] is None else round(r[k], 2) for k in ("coverage", "citation", "joint")
+        }
+    return out
+
+
+def _plot_group(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row[k]) for k in ("domain", "judge", "mode", "model", "system"))
+
+
+def row_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, bytes]]:
+    """The plots logged with each run, per (domain, judge, mode, model entry, system):
+    `plots/joint_by_setting.png` (the system's scores in each context setting) and, when the
+    system has whole-haystack orderings, `plots/position_sensitivity.png` (Joint with the
+    relevant documents at the top / middle / bottom of the context vs the default order, for
+    every system of that domain, judge and mode that has them)."""
+    from pipeline.benchmarks.summhay import plots
+
+    by_group: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    by_view: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_group.setdefault(_plot_group(r), []).append(r)
+        by_view.setdefault(_plot_group(r)[:3], []).append(r)
+    position: dict[tuple[str, ...], tuple[set[str], bytes | None]] = {}
+    for view, vrows in by_view.items():
+        domain, judge_name, mode = view
+        systems = {t["system"] for t in plots.position_table(vrows)}
+        title = f"SummHay position sensitivity ({domain}, {judge_name}, {mode})"
+        position[view] = (systems, plots.position_sensitivity(vrows, title) if systems else None)
+    out: dict[tuple[str, ...], dict[str, bytes]] = {}
+    for group, grows in sorted(by_group.items()):
+        domain, judge_name, mode, _, system = group
+        title = f"SummHay {system} ({domain}, judge {judge_name}, {mode})"
+        files = {"plots/joint_by_setting.png": plots.joint_by_setting(grows, title)}
+        systems, png = position[group[:3]]
+        if png is not None and system in systems:
+            files["plots/position_sensitivity.png"] = png
+        out[group] = files
+    return out
+
+
+def run_rows(rows: Rows, details: Details, partial_credit: float) -> list[RunRow]:
+    """One MLflow run per row: its numbers, its insight-level scores and its plots."""
+    plot_files = row_plots(rows)
+    return [
+        run_row(row, details[row_key(row)], plot_files.get(_plot_group(row), {}), partial_credit)
+        for row in rows
+    ]
+
+
+def run_row(
+    row: dict[str, Any], detail: list[dict[str, Any]], plots: dict[str, bytes], partial: float
+) -> RunRow:
+    ids = ("domain", "system", "setting", "judge", "mode", "model")
+    return RunRow(
+        key="|".join(row_key(row)),
+        name=" / ".join(str(row[k]) for k in ("system", "setting", "judge", "mode", "domain")),
+        metrics={k: float(row[k]) for k in METRIC_KEYS if row[k] is not None},
+        params={k: str(row[k]) for k in ids} | {"partial_credit": str(partial)},
+        tags={
+            "domain": row["domain"],
+            "mode": row["mode"],
+            "setting": row["setting"],
+            "model.name": row["system"],
+        },
+        artifacts={"judgements.jsonl": detail, "row.json": row},
+        plots=plots,
+        model=row["model"],
+        judge=row["judge"],
+    )

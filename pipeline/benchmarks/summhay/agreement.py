@@ -26,7 +26,6 @@ length (words per bullet) and of the delta with bullet length.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -34,13 +33,17 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.benchmarks.summhay.params import SummhayParams
 from pipeline.benchmarks.summhay.scoring import count_words, extract_bullets
-from pipeline.errors import DataError
+from pipeline.core.benchmark import AgreementResult, Context, HumanAgreement, JudgeInfo, RunRow
+from pipeline.core.config import Params
+from pipeline.core.errors import DataError
+from pipeline.core.records import Generation, Judgement
+from pipeline.data.haystacks import Insight, Subtopic
 from pipeline.metrics.agreement import (
     bootstrap_ci,
     cohen_kappa,
@@ -177,15 +180,9 @@ def _judge_label(raw: Mapping[str, Any], ctx: _Ctx) -> Label:
     return Label(JUDGE_LABELS[coverage], None)  # "NA" and the like: no bullet chosen
 
 
-def load_labels(path: Path) -> list[Sample]:
-    """The human-annotated summaries, validated: every error names the sample and the field."""
-    file = str(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError("labels file not found", file=file) from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"not valid JSON ({e.msg}, line {e.lineno})", file=file) from None
+def parse_labels(raw: Any, file: str) -> list[Sample]:
+    """The human-annotated summaries (the labels file's content), validated: every error names
+    the file, the sample and the field."""
     if not isinstance(raw, list) or not raw:
         raise DataError("expected a non-empty JSON list of annotated summaries", file=file)
     samples = []
@@ -524,15 +521,15 @@ def _label_of_verdict(label: str, link: int | str | None, ok: bool) -> Label | N
     return Label(cls, None)
 
 
-def annotated_inputs(samples: Sequence[Sample]) -> tuple[list[Any], dict[str, Any]]:
-    """The annotated summaries as Generations and Subtopics, for the project's LLM judges."""
-    from pipeline.benchmarks.summhay.schema import Insight, Subtopic
-    from pipeline.records import Generation
+ANNOTATED = "annotated:"
 
+
+def annotated_inputs(samples: Sequence[Sample]) -> tuple[dict[str, Subtopic], list[Generation]]:
+    """The annotated summaries as Subtopics (items) and Generations, for the project's judges."""
     gens = []
     subs = {}
     for s in samples:
-        item = f"annotated:{s.sample_id}"
+        item = f"{ANNOTATED}{s.sample_id}"
         gens.append(
             Generation(
                 benchmark="summhay",
@@ -553,136 +550,63 @@ def annotated_inputs(samples: Sequence[Sample]) -> tuple[list[Any], dict[str, An
             insights=[Insight(insight_id=i, name="", text=t, gold_docs=[]) for i, t in s.insights],
             retriever_scores={},
         )
-    return gens, subs
+    return subs, gens
 
 
-def agreement_stage(judge: str) -> str:
-    return f"summhay-agreement@{judge}"
-
-
-def judge_annotated_llm(
-    params: Any, judge: str, samples: Sequence[Sample], root: Path
-) -> tuple[dict[str, dict[str, Label | None]], float, str]:
-    """Run an LLM judge on the annotated summaries: labels, cost in USD, prompt hash."""
-    from pipeline.benchmarks import summhay
-    from pipeline.stages import finish_llm_stage
-
-    gens, subs = annotated_inputs(samples)
-    stage = agreement_stage(judge)
-    spec = params.judges[judge]
-    js, report = summhay._judge_llm(
-        params, "annotated", judge, spec, [], gens, root, subs=subs, stage=stage
-    )
-    finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
-    by_item = {f"annotated:{s.sample_id}": s.sample_id for s in samples}
+def annotated_labels(judgements: Sequence[Judgement]) -> dict[str, dict[str, Label | None]]:
+    """A project judge's labels on the annotated summaries: sample id -> insight id -> label."""
     out: dict[str, dict[str, Label | None]] = {}
-    for j in js:
-        out[by_item[j.item_id]] = {
+    for j in judgements:
+        out[j.item_id.removeprefix(ANNOTATED)] = {
             v.target_id: _label_of_verdict(v.label, v.link, v.status == "ok") for v in j.verdicts
         }
-    sha = ",".join(sorted({j.judge_prompt_sha for j in js})) or "none"
-    return out, float(sum(j.usage.cost_usd for j in js)), sha
+    return out
 
 
-# ---------------------------------------------------------------- the stage
+def pipeline_labels(judgements: Sequence[Judgement]) -> dict[tuple[str, str], Label | None]:
+    """A judge's labels on the pipeline's outputs: (generation id, insight id) -> label."""
+    out: dict[tuple[str, str], Label | None] = {}
+    for j in judgements:
+        if j.status == "error":
+            continue
+        for v in j.verdicts:
+            out[(j.generation_id, v.target_id)] = _label_of_verdict(
+                v.label, v.link, v.status == "ok"
+            )
+    return out
+
+
+# ---------------------------------------------------------------- the rows
 
 
 ROW_ID = ("benchmark", "judge", "reference")
 
 
-def _judgement_labels(
-    judgements_dir: Path, models: Sequence[str], judge: str
-) -> dict[tuple[str, str], Label | None]:
-    from pipeline.io import read_jsonl
-    from pipeline.records import Judgement
-
-    out: dict[tuple[str, str], Label | None] = {}
-    for model in models:
-        path = judgements_dir / model / f"{judge}.jsonl"
-        if not path.exists():
-            continue
-        for j in read_jsonl(path, Judgement):
-            if j.status == "error":
-                continue
-            for v in j.verdicts:
-                out[(j.generation_id, v.target_id)] = _label_of_verdict(
-                    v.label, v.link, v.status == "ok"
-                )
-    return out
-
-
-def run(
-    params: Any,
-    labels_path: Path,
-    out: Path,
-    *,
-    judgements_dir: Path | None = None,
-    report_path: Path | None = None,
-    plot_path: Path | None = None,
-    root: Path | None = None,
-    track: bool = True,
-    project_judges: bool = True,
-) -> list[dict[str, Any]]:
-    """The agreement rows (published judges, the project's judges, judge vs judge)."""
-    from pipeline.config import OpenAIJudge, PublishedJudge
-    from pipeline.io import file_digest, write_json
-
-    root = root or Path.cwd()
-    cfg = params.summhay.agreement
-    samples = load_labels(labels_path)[: cfg.max_samples]
+def agreement_rows(
+    params: Params,
+    section: SummhayParams,
+    samples: Sequence[Sample],
+    judged: Mapping[str, Mapping[str, Mapping[str, Label | None]]],
+    info: Mapping[str, JudgeInfo],
+    pipeline: Mapping[str, Mapping[tuple[str, str], Label | None]],
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Rows (every judge against people, then every two judges on the pipeline's outputs) and
+    each judge's bias analysis."""
+    cfg = section.agreement
     n_boot, seed = cfg.bootstrap_resamples, params.seed
     rows: list[dict[str, Any]] = []
-    judged: dict[str, dict[str, dict[str, Label | None]]] = {}
-    meta: dict[str, dict[str, Any]] = {}
-    for name in published_judges(samples):
-        judged[name] = published_predictions(samples, name)
-        meta[name] = {"source": "released predictions", "provider": "released", "sha": "released"}
-
-    if project_judges:
-        for name in params.summhay.judges:
-            spec = params.judges[name]
-            if isinstance(spec, PublishedJudge):
-                proxy = spec.agreement_proxy
-                if proxy is None:
-                    continue
-                if proxy not in judged:
-                    raise DataError(
-                        f"judges.{name}.agreement_proxy names {proxy!r}, which the labels file"
-                        f" does not hold (it has: {', '.join(published_judges(samples))})",
-                        file=str(labels_path),
-                    )
-                judged[name] = judged[proxy]
-                meta[name] = {
-                    "source": f"released predictions of {proxy} (replayed judge)",
-                    "provider": spec.provider,
-                    "sha": "published",
-                }
-            elif isinstance(spec, OpenAIJudge):
-                labels, cost, sha = judge_annotated_llm(params, name, samples, root)
-                judged[name] = labels
-                meta[name] = {
-                    "source": "judged by lfbench",
-                    "provider": spec.provider,
-                    "sha": sha,
-                    "cost_usd": cost,
-                }
-            else:
-                labels, sha = judge_annotated_other(params, name, samples, root)
-                judged[name] = labels
-                meta[name] = {"source": "judged by lfbench", "provider": spec.provider, "sha": sha}
-
     biases: dict[str, dict[str, Any]] = {}
     for name, labels in judged.items():
         row: dict[str, Any] = {"benchmark": "summhay", "judge": name, "reference": "human"}
         row |= {
-            "source": meta[name]["source"],
-            "judge_provider": meta[name]["provider"],
-            "judge_prompt_sha": meta[name]["sha"],
+            "source": info[name].source,
+            "judge_provider": info[name].provider,
+            "judge_prompt_sha": info[name].sha,
         }
         row |= compare_or_empty(human_pair(samples, labels), n_boot, seed)
         row["n_samples"] = len(samples)
-        if "cost_usd" in meta[name]:
-            row["cost_usd"] = meta[name]["cost_usd"]
+        if info[name].cost_usd is not None:
+            row["cost_usd"] = info[name].cost_usd
         bs = bias(samples, labels)
         biases[name] = bs
         row |= {
@@ -691,93 +615,21 @@ def run(
             "length_delta_corr": bs["length_delta_corr"],
         }
         rows.append(row)
-
-    if cfg.judge_vs_judge and judgements_dir is not None:
-        verdicts = {
-            j: _judgement_labels(judgements_dir, params.summhay.models, j)
-            for j in params.summhay.judges
+    for a, b, pair in judge_pairs({j: v for j, v in pipeline.items() if v}):
+        # A replayed judge is the natural reference for a judge that scores anew.
+        a_pub = params.judges[a].provider == "published"
+        judge_name, ref = (b, a) if a_pub else (a, b)
+        if a_pub:
+            pair = Pair(pair.reference, pair.judge, pair.n_invalid)
+        row = {"benchmark": "summhay", "judge": judge_name, "reference": ref}
+        row |= {
+            "source": "pipeline judgements",
+            "judge_provider": params.judges[judge_name].provider,
+            "judge_prompt_sha": info[judge_name].sha if judge_name in info else "none",
         }
-        verdicts = {j: v for j, v in verdicts.items() if v}
-        for a, b, pair in judge_pairs(verdicts):
-            # A replayed judge is the natural reference for a judge that scores anew.
-            a_pub = isinstance(params.judges[a], PublishedJudge)
-            judge_name, ref = (b, a) if a_pub else (a, b)
-            if a_pub:
-                pair = Pair(pair.reference, pair.judge, pair.n_invalid)
-            row = {"benchmark": "summhay", "judge": judge_name, "reference": ref}
-            row |= {
-                "source": "pipeline judgements",
-                "judge_provider": params.judges[judge_name].provider,
-                "judge_prompt_sha": meta.get(judge_name, {}).get("sha", "none"),
-            }
-            row |= compare_or_empty(pair, n_boot, seed)
-            rows.append(row)
-            meta.setdefault(
-                judge_name, {"sha": "none", "provider": params.judges[judge_name].provider}
-            )
-
-    write_json(out, {"rows": rows})
-    log.info("wrote %s: %d agreement rows", out, len(rows))
-    if report_path is not None:
-        from pipeline.benchmarks.summhay.agreement_report import render
-        from pipeline.io import atomic_write_text
-
-        atomic_write_text(report_path, render(rows, biases, file_digest(labels_path)))
-    if plot_path is not None:
-        from pipeline.benchmarks.summhay.agreement_report import plot
-
-        plot(rows, plot_path)
-    if track:
-        log_agreement(params, rows, meta, labels_path, plot_path, root)
-    return rows
-
-
-def judge_annotated_other(
-    params: Any, name: str, samples: Sequence[Sample], root: Path
-) -> tuple[dict[str, dict[str, Label | None]], str]:
-    """A judge that needs no server (`provider: local`) on the annotated summaries: labels and
-    the model file's hash. Bullets are split as everywhere else (`Sample.bullets`)."""
-    from pipeline.config import LocalJudge
-    from pipeline.errors import ConfigError
-
-    spec = params.judges[name]
-    if not isinstance(spec, LocalJudge):
-        raise ConfigError(
-            f"judges.{name}: provider {spec.provider!r} cannot score annotated summaries"
-        )
-    from pipeline.judges.embeddings import default_cache_path
-    from pipeline.judges.local import LocalJudge as Model
-
-    judge = Model.load(
-        root / spec.model_path, cache=default_cache_path(root) if spec.embedding_cache else None
-    )
-    verdicts = judge.judge_many([([t for _, t in s.insights], s.bullets) for s in samples])
-    judge.embedder.close()
-    out: dict[str, dict[str, Label | None]] = {}
-    for s, vs in zip(samples, verdicts, strict=True):
-        out[s.sample_id] = {
-            iid: _label_of_verdict(v.label, v.bullet, True)
-            for (iid, _), v in zip(s.insights, vs, strict=True)
-        }
-    return out, judge.sha
-
-
-def meta_of_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The per-judge lineage `log_agreement` needs, read back from the rows."""
-    return {
-        r["judge"]: {"sha": r.get("judge_prompt_sha", "none"), "provider": r["judge_provider"]}
-        for r in rows
-    }
-
-
-def human_rows(path: Path) -> dict[str, dict[str, Any]]:
-    """judge -> its row against the human labels, from an agreement metrics file."""
-    from pipeline.io import read_json
-
-    if not path.exists():
-        return {}
-    raw = read_json(path)
-    return {r["judge"]: r for r in raw.get("rows", []) if r.get("reference") == "human"}
+        row |= compare_or_empty(pair, n_boot, seed)
+        rows.append(row)
+    return rows, biases
 
 
 METRICS = (
@@ -802,24 +654,10 @@ METRICS = (
 )
 
 
-def log_agreement(
-    params: Any,
-    rows: Sequence[dict[str, Any]],
-    meta: Mapping[str, Mapping[str, Any]],
-    labels_path: Path,
-    plot_path: Path | None,
-    root: Path,
-) -> None:
-    from pipeline.io import file_digest
-    from pipeline.stages import common_tags, stage_md5_of
-    from pipeline.tracking import RunSpec, sync
-
-    lineage = common_tags(root) | {
-        "labels.digest": file_digest(labels_path),
-        "dvc.stage": "summhay-agreement",
-        "dvc.stage_md5": stage_md5_of(root, "summhay-agreement"),
-    }
-    specs = []
+def run_rows(params: Params, rows: Sequence[Mapping[str, Any]]) -> list[RunRow]:
+    """One MLflow run per agreement row (experiment `agreement`, metric `kappa`)."""
+    sha = {r["judge"]: str(r.get("judge_prompt_sha", "none")) for r in rows}
+    out = []
     for row in rows:
         metrics: dict[str, float] = {}
         for k in METRICS:
@@ -829,30 +667,62 @@ def log_agreement(
         if row.get("cohen_kappa") is not None:
             metrics["kappa"] = float(row["cohen_kappa"])
         judge = row["judge"]
-        tags = {
-            "benchmark": "summhay",
-            "agreement.reference": row["reference"],
-            "agreement.source": row["source"],
-            "judge.name": judge,
-            "judge.provider": str(row.get("judge_provider", "")),
-            "judge.prompt_sha": str(meta.get(judge, {}).get("sha", "none")),
-            **lineage,
-        }
-        specs.append(
-            RunSpec(
-                row_key="|".join(str(row[k]) for k in ROW_ID),
+        out.append(
+            RunRow(
+                key="|".join(str(row[k]) for k in ROW_ID),
                 name=f"{judge} vs {row['reference']}",
                 metrics=metrics,
                 params={"judge": judge, "reference": row["reference"], "seed": str(params.seed)},
-                tags=tags,
+                tags={
+                    "agreement.reference": row["reference"],
+                    "agreement.source": row["source"],
+                    "judge.name": judge,
+                    "judge.provider": str(row.get("judge_provider", "")),
+                    "judge.prompt_sha": sha[judge],
+                },
                 artifacts={"row.json": dict(row)},
-                files=[plot_path] if plot_path is not None and plot_path.exists() else [],
             )
         )
-    report = sync("agreement", specs, root)
-    log.info(
-        "MLflow experiment agreement: %d created, %d unchanged, %d superseded",
-        report.created,
-        report.skipped,
-        report.superseded,
-    )
+    return out
+
+
+class HumanLabels(HumanAgreement[SummhayParams, Subtopic]):
+    """SummHay's 200 human-annotated summaries (`eval_benchmark_data.json`): the paper's Table 1
+    (correlation, linking accuracy) and Table 4 (bias), plus kappa, with bootstrap intervals."""
+
+    def load(self, ctx: Context[SummhayParams], raw: Any, file: str) -> list[Sample]:
+        return parse_labels(raw, file)[: ctx.section.agreement.max_samples]
+
+    def released(self, labelled: Any) -> dict[str, Any]:
+        return {name: published_predictions(labelled, name) for name in published_judges(labelled)}
+
+    def to_judge(self, labelled: Any) -> tuple[dict[str, Subtopic], list[Generation]]:
+        return annotated_inputs(labelled)
+
+    def labels(self, labelled: Any, judgements: Sequence[Judgement]) -> Any:
+        return annotated_labels(judgements)
+
+    def units(self, judgements: Sequence[Judgement]) -> Any:
+        return pipeline_labels(judgements)
+
+    def judge_vs_judge(self, section: SummhayParams) -> bool:
+        return section.agreement.judge_vs_judge
+
+    def evaluate(
+        self,
+        ctx: Context[SummhayParams],
+        labelled: Any,
+        judged: Mapping[str, Any],
+        info: Mapping[str, JudgeInfo],
+        pipeline: Mapping[str, Any],
+        labels_digest: str,
+    ) -> AgreementResult:
+        from pipeline.benchmarks.summhay.agreement_report import plot, render
+
+        rows, biases = agreement_rows(ctx.params, ctx.section, labelled, judged, info, pipeline)
+        return AgreementResult(rows, render(rows, biases, labels_digest), plot(rows))
+
+    def run_rows(
+        self, ctx: Context[SummhayParams], rows: Sequence[Mapping[str, Any]]
+    ) -> list[RunRow]:
+        return run_rows(ctx.params, rows)

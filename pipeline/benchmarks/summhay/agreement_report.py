@@ -3,8 +3,8 @@ agreement, and the Table 4 bias analysis; and its plot."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from pipeline.benchmarks.summhay import paper_tables as paper
@@ -129,8 +129,9 @@ def render(
     return "\n".join(out)
 
 
-def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Cohen's kappa and Pearson correlation of each judge against people, with 95% intervals."""
+def plot(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """Cohen's kappa and Pearson correlation of each judge against people, with 95% intervals
+    (PNG bytes, the same on every run)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,8 +161,7 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
     plt.close(fig)
-    tmp.replace(path)
+    return buf.getvalue()

@@ -1,43 +1,27 @@
-"""SummHay generation through an OpenAI-compatible model.
+"""SummHay generation: the contexts, the requests to a model, and the no-model baselines.
 
 For each subtopic (item) of each haystack, each context setting of the model entry and each
 sample: build the context (the whole haystack in an order, or retrieved documents packed into the
-token budget), render the domain's prompt and ask the model for a bullet-point summary that cites
-documents as `[i]`, i being the document's position in the haystack whatever the order shown.
-
-All calls go through `pipeline.llm` (cache, journal, retries, rate limits); this module only
-builds the requests and turns the answers into `Generation` records.
+token budget), render the domain's prompt and ask for a bullet-point summary that cites documents
+as `[i]`, i being the document's position in the haystack whatever the order shown. The stage
+layer sends the requests through the model layer and turns the answers into records.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pipeline.benchmarks.summhay.schema import Haystack, Subtopic
-from pipeline.config import BaselineModel, OpenAIModel, Params
-from pipeline.llm.client import ChatRequest, ChatResult
-from pipeline.prompts import Prompt, load_prompt
-from pipeline.records import Generation, Usage, generation_id
+from pipeline.benchmarks.summhay.params import SummhayParams, settings_of
+from pipeline.core.benchmark import Planned
+from pipeline.core.config import BaselineModel, OpenAIModel
+from pipeline.core.prompts import Prompt
+from pipeline.core.records import Generation, generation_id
+from pipeline.data.haystacks import Haystack, Subtopic
+from pipeline.llm.types import ChatRequest
 
 if TYPE_CHECKING:
     from pipeline.retrieval.context import Context
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One generation to make: the request and what the record needs besides the answer."""
-
-    request: ChatRequest
-    item_id: str
-    setting: str
-    sample: int
-    meta: dict[str, object]
 
 
 def n_insights(sub: Subtopic) -> int:
@@ -46,7 +30,7 @@ def n_insights(sub: Subtopic) -> int:
 
 
 def contexts(
-    params: Params, dataset: Sequence[Haystack], settings: Sequence[str]
+    section: SummhayParams, seed: int, dataset: Sequence[Haystack], settings: Sequence[str]
 ) -> Iterator[tuple[Haystack, Subtopic, str, Context]]:
     """Every (haystack, subtopic, setting) context a model sees, in dataset order: the whole
     haystack (`full*`) or retrieved documents packed into the RAG token budget."""
@@ -55,34 +39,29 @@ def contexts(
     for hay in dataset:
         for sub in hay.subtopics:
             for setting in settings:
-                budget = None if setting.startswith("full") else params.summhay.rag_budget_tokens
+                budget = None if setting.startswith("full") else section.rag_budget_tokens
                 yield (
                     hay,
                     sub,
                     setting,
-                    build_context(hay, sub, setting, budget_tokens=budget, seed=params.seed),
+                    build_context(hay, sub, setting, budget_tokens=budget, seed=seed),
                 )
 
 
-def prompts_for(params: Params, root: Path) -> dict[str, Prompt]:
-    p = params.summhay.prompts
-    return {
-        "news": load_prompt(p.generate_news, root),
-        "conversation": load_prompt(p.generate_conversation, root),
-    }
-
-
 def plan(
-    params: Params,
+    section: SummhayParams,
+    seed: int,
     model: str,
     spec: OpenAIModel,
     dataset: Sequence[Haystack],
-    prompts: dict[str, Prompt],
+    prompts: Mapping[str, Prompt],
 ) -> list[Planned]:
+    """One request per (subtopic, setting, sample), with the domain's prompt."""
     system = spec.system or model
+    by_domain = {"news": prompts["generate_news"], "conversation": prompts["generate_conversation"]}
     out = []
-    for hay, sub, setting, ctx in contexts(params, dataset, spec.settings):
-        prompt = prompts[hay.domain]
+    for hay, sub, setting, ctx in contexts(section, seed, dataset, settings_of(spec)):
+        prompt = by_domain[hay.domain]
         text = prompt.render(
             n_documents=len(ctx.documents),
             topic=hay.topic,
@@ -100,55 +79,18 @@ def plan(
             "context_truncated": any(d.truncated for d in ctx.documents),
         }
         for sample in range(spec.samples):
-            gid = generation_id(sub.item_id, system, setting, sample)
-            out.append(
-                Planned(
-                    ChatRequest(
-                        key=gid,
-                        messages=[{"role": "user", "content": text}],
-                        prompt_sha=prompt.sha,
-                        sample=sample,
-                    ),
-                    sub.item_id,
-                    setting,
-                    sample,
-                    meta,
-                )
+            request = ChatRequest(
+                key=generation_id(sub.item_id, system, setting, sample),
+                messages=[{"role": "user", "content": text}],
+                prompt_sha=prompt.sha,
+                sample=sample,
             )
+            out.append(Planned(request, sub.item_id, system, setting, sample, dict(meta)))
     return out
 
 
-def to_record(model: str, spec: OpenAIModel, planned: Planned, result: ChatResult) -> Generation:
-    usage = Usage(
-        input_tokens=result.input_tokens,
-        output_tokens=result.output_tokens,
-        requests=1,
-        cost_usd=round(
-            result.input_tokens * spec.price_input_per_1m / 1e6
-            + result.output_tokens * spec.price_output_per_1m / 1e6,
-            8,
-        ),
-    )
-    meta = dict(planned.meta)
-    meta["finish_reason"] = result.finish_reason
-    ok = result.status == "ok" and bool((result.text or "").strip())
-    return Generation(
-        benchmark="summhay",
-        item_id=planned.item_id,
-        model=model,
-        system=spec.system or model,
-        setting=planned.setting,
-        sample=planned.sample,
-        status="ok" if ok else "error",
-        text=result.text if ok else None,
-        error=None if ok else (result.error or "empty answer"),
-        usage=usage,
-        meta=meta,
-    )
-
-
 def baseline_generations(
-    params: Params, model: str, spec: BaselineModel, dataset: Sequence[Haystack]
+    section: SummhayParams, seed: int, model: str, spec: BaselineModel, dataset: Sequence[Haystack]
 ) -> list[Generation]:
     """Summaries of a no-model baseline (pipeline/baselines.py) over the same contexts an LLM
     would see; each bullet cites the positions of the documents its sentence comes from."""
@@ -158,25 +100,19 @@ def baseline_generations(
     summarize = lead if spec.kind == "lead" else extractive
     system = spec.system or model
     out = []
-    for _hay, sub, setting, ctx in contexts(params, dataset, spec.settings):
+    for _hay, sub, setting, ctx in contexts(section, seed, dataset, settings_of(spec)):
         docs = [Doc(d.position, d.text) for d in ctx.documents]
         text = summarize(retrieval_query(sub), docs, spec.bullets or n_insights(sub))
+        meta = {
+            "baseline": spec.kind,
+            "prompt_sha": f"baseline-{spec.kind}",
+            "context_docs": [d.position for d in ctx.documents],
+            "context_tokens": ctx.n_tokens,
+        }
         out.append(
-            Generation(
-                benchmark="summhay",
-                item_id=sub.item_id,
-                model=model,
-                system=system,
-                setting=setting,
-                status="ok" if text else "error",
-                text=text or None,
-                error=None if text else "no sentence to extract",
-                meta={
-                    "baseline": spec.kind,
-                    "prompt_sha": f"baseline-{spec.kind}",
-                    "context_docs": [d.position for d in ctx.documents],
-                    "context_tokens": ctx.n_tokens,
-                },
+            Generation.offline(
+                "summhay", sub.item_id, model, system, setting, text, meta,
+                empty="no sentence to extract",
             )
-        )
+        )  # fmt: skip
     return out

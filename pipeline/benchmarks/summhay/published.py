@@ -8,36 +8,42 @@ released judgement list into a Judgement. Nothing is called, nothing is paid.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+import posixpath
+from collections.abc import Iterator, Sequence
 
-from pipeline.benchmarks.summhay.schema import (
+from pipeline.benchmarks.summhay.scoring import extract_bullets
+from pipeline.core.benchmark import Inputs
+from pipeline.core.config import PublishedModel
+from pipeline.core.errors import DataError
+from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.data.haystacks import (
     Haystack,
     RawHaystack,
     haystack_file,
     item_id,
-    load_raw_haystack,
+    parse_raw_haystack,
     parse_summary_key,
 )
-from pipeline.benchmarks.summhay.scoring import extract_bullets
-from pipeline.config import PublishedModel
-from pipeline.errors import DataError
-from pipeline.records import Generation, Judgement, Verdict
 
 PUBLISHED_PROMPT_SHA = "published"
 
 
-def _raw(data_dir: Path, haystack_id: str) -> tuple[Path, RawHaystack]:
-    path = data_dir / haystack_file(haystack_id)
-    return path, load_raw_haystack(path)
+def raw_haystack(inputs: Inputs, data_dir: str, haystack_id: str) -> tuple[str, RawHaystack]:
+    """(the file's path, its validated content) of a released haystack."""
+    path = posixpath.join(data_dir, haystack_file(haystack_id))
+    return path, parse_raw_haystack(inputs.json(path), path)
 
 
 def generations(
-    model_name: str, spec: PublishedModel, data_dir: Path, dataset: list[Haystack]
+    model_name: str,
+    spec: PublishedModel,
+    inputs: Inputs,
+    data_dir: str,
+    dataset: Sequence[Haystack],
 ) -> Iterator[Generation]:
     """One Generation per released summary, for the haystacks of the dataset."""
     for hay in dataset:
-        path, raw = _raw(data_dir, hay.haystack_id)
+        path, raw = raw_haystack(inputs, data_dir, hay.haystack_id)
         wanted = {s.subtopic_id for s in hay.subtopics}
         for sub in raw.subtopics:
             if sub.subtopic_id not in wanted:
@@ -49,7 +55,7 @@ def generations(
                 except ValueError as e:
                     raise DataError(
                         str(e),
-                        file=str(path),
+                        file=path,
                         item=f"subtopic {sub.subtopic_id!r}",
                         field=f"summaries.{key}",
                     ) from e
@@ -62,7 +68,7 @@ def generations(
                     raise DataError(
                         "a summary line is empty or holds a line break, so bullet numbers would"
                         " not match the released judgements",
-                        file=str(path),
+                        file=path,
                         item=f"subtopic {sub.subtopic_id!r}",
                         field=f"summaries.{key}",
                     )
@@ -74,15 +80,15 @@ def generations(
                     setting=setting,
                     status="ok",
                     text=text,
-                    meta={"source": f"{path.name}#{key}"},
+                    meta={"source": f"{posixpath.basename(path)}#{key}"},
                 )
 
 
 def judgements(
-    judge_name: str, data_dir: Path, dataset: list[Haystack], gens: list[Generation]
+    judge_name: str, inputs: Inputs, data_dir: str, gens: Sequence[Generation]
 ) -> Iterator[Judgement]:
     """Replay the released judgement of each generation that came from the release."""
-    raws: dict[str, tuple[Path, RawHaystack]] = {}
+    raws: dict[str, tuple[str, RawHaystack]] = {}
     for gen in gens:
         source = gen.meta.get("source")
         if not isinstance(source, str) or "#" not in source:
@@ -94,14 +100,14 @@ def judgements(
             )
         haystack_id, subtopic_id = gen.item_id.split("/", 1)
         if haystack_id not in raws:
-            raws[haystack_id] = _raw(data_dir, haystack_id)
+            raws[haystack_id] = raw_haystack(inputs, data_dir, haystack_id)
         path, raw = raws[haystack_id]
         key = source.split("#", 1)[1]
         sub = next((s for s in raw.subtopics if s.subtopic_id == subtopic_id), None)
         if sub is None or key not in sub.summaries:
             raise DataError(
                 "no released summary for this generation",
-                file=str(path),
+                file=path,
                 item=gen.generation_id,
                 field="meta.source",
             )
@@ -109,7 +115,7 @@ def judgements(
             raise DataError(
                 "the generation's text differs from the released summary, so the released"
                 " judgement does not apply to it",
-                file=str(path),
+                file=path,
                 item=gen.generation_id,
                 field="text",
             )
@@ -117,7 +123,7 @@ def judgements(
         if evals is None:
             raise DataError(
                 "the release has no judgement for this summary",
-                file=str(path),
+                file=path,
                 item=f"subtopic {subtopic_id!r}",
                 field=f"eval_summaries.{key}",
             )

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.benchmarks.summhay import paper_tables as paper
+from pipeline.core.benchmark import ReportSection
+from pipeline.core.markdown import need, table
 from pipeline.metrics.stats import spearman
 
 POSITION_SETTINGS = ("full-sort", "full-rev-sort", "full-middle")
@@ -146,3 +148,58 @@ def _paper_comparison(cell: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
         "both domains; a news-only number is expected to differ in level, not in ranking.",
         "",
     ]
+
+
+def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
+    """SummHay's part of `lfbench report`: the tables of `render`, the cost per model entry and
+    judge, and the position-sensitivity and best system's plots of each view."""
+    from pipeline.benchmarks.summhay import plots
+    from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
+
+    for n, r in enumerate(rows, 1):
+        need(r, ROW_KEYS, where, n)
+    body = render(rows, f"{len(rows)} result rows from {where}.")
+    # demote the benchmark report's headings one level under the report's section
+    out = [("#" + x if x.startswith("#") else x) for x in body.splitlines()[1:]]
+    out.append("")
+    judges = sorted({(r["judge"], r["model"]) for r in rows})
+    cost: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for r in rows:
+        if r["mode"] != rows[0]["mode"]:
+            continue  # one scoring mode: the same calls would be counted twice
+        c = cost[(r["model"], r["judge"])]
+        c[0] += float(r.get("input_tokens") or 0)
+        c[1] += float(r.get("output_tokens") or 0)
+        c[2] += float(r.get("cost_usd") or 0.0)
+    out += ["### Cost (generation + judging, per model entry and judge)", ""]
+    out += table(
+        ["model entry", "judge", "input tokens", "output tokens", "USD"],
+        [[m, j, int(c[0]), int(c[1]), f"{c[2]:.4f}"] for (m, j), c in sorted(cost.items())],
+    )
+    out.append(f"Judges: {', '.join(sorted({j for j, _ in judges}))}.")
+    out.append("")
+    figs: list[tuple[str, bytes]] = []
+    views: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        views[(r["domain"], r["judge"], r["mode"])].append(r)
+    for (domain, judge, mode), vrows in sorted(views.items()):
+        png = plots.position_sensitivity(
+            vrows, f"SummHay position sensitivity ({domain}, {judge}, {mode})"
+        )
+        if png is not None:
+            figs.append((f"Position sensitivity, {domain} / {judge} / {mode}", png))
+        best = max(
+            (r for r in vrows if r["joint"] is not None),
+            key=lambda r: float(r["joint"]),
+            default=None,
+        )
+        if best is not None:
+            sys_rows = [r for r in vrows if r["system"] == best["system"]]
+            title = f"SummHay {best['system']} ({domain}, judge {judge}, {mode})"
+            figs.append(
+                (
+                    f"Joint by setting, best system {best['system']}",
+                    plots.joint_by_setting(sys_rows, title),
+                )
+            )
+    return ReportSection(out, figs)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Literal
 
-from pipeline.records import Verdict
+from pipeline.core.records import Verdict
 
 Mode = Literal["paper", "corrected"]
 CITATION_RE = re.compile(r"\[([\d,\s]+)\]")

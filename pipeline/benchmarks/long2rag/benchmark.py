@@ -1,0 +1,190 @@
+"""Long²RAG (Key Point Recall) on the benchmark contract.
+
+- construct: the dataset. Default (`long2rag.source: summhay`): derived from the SummHay
+  haystacks, no model (derived.py). Or your JSONL file (schema.py); questions without key points
+  get them from an LLM (construction.py, through the `Asker` the stage layer hands in).
+- generate: one answer per (question, setting) per model (generation.py).
+- judge: one verdict per (answer, key point) per judge (judging.py).
+- aggregate: KPR rows, breakdowns, judge agreement, report, MLflow runs (aggregate.py,
+  scoring.py, report.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.benchmarks.long2rag import construction, derived, generation, judging
+from pipeline.benchmarks.long2rag.aggregate import (
+    agreement_rows,
+    build_rows,
+    doc_tokens,
+    run_rows,
+    summary,
+)
+from pipeline.benchmarks.long2rag.params import Long2ragLeadModel, Long2ragParams, OverlapJudge
+from pipeline.benchmarks.long2rag.report import render, report_section
+from pipeline.benchmarks.long2rag.schema import Question, parse_questions
+from pipeline.core.benchmark import (
+    Aggregated,
+    Asker,
+    Benchmark,
+    Constructed,
+    Context,
+    CoverageCase,
+    CoverageJudge,
+    CoverageVerdictLike,
+    JudgePrompts,
+    JudgeTask,
+    Planned,
+    ReportSection,
+    Run,
+)
+from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.records import Generation, Verdict
+
+DERIVED = "summhay"
+
+
+Ctx = Context[Long2ragParams]
+
+
+def _counts(qs: Sequence[Question]) -> str:
+    return (
+        f"{len(qs)} questions, {sum(len(q.key_points) for q in qs)} key points,"
+        f" {sum(1 for q in qs if not q.key_points)} questions without key points"
+    )
+
+
+class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
+    name = "long2rag"
+    title = "Long²RAG"
+    version = "1"
+    params_model = Long2ragParams
+    record = Question
+    judge_prompts = ("judge_point", "judge_batch", "repair")
+    model_specs = (Long2ragLeadModel,)
+    judge_specs = (OverlapJudge,)
+
+    def check_params(self, section: Long2ragParams, params: Params) -> None:
+        llm = section.construction.llm
+        if llm is not None and not isinstance(params.judges.get(llm), OpenAIJudge):
+            raise ValueError(
+                f"long2rag.construction.llm names {llm!r}, which is not an openai judges entry"
+            )
+
+    # ---- construct
+
+    def construction_llm(self, section: Long2ragParams) -> str | None:
+        return None if section.source == DERIVED else section.construction.llm
+
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Question]:
+        l2 = ctx.section
+        if l2.source == DERIVED:
+            d = l2.derived
+            qs, note = derived.derive(
+                ctx.inputs, ctx.data_dir, d.haystacks, d.subtopics, l2.n_documents, d.retriever
+            )
+            return Constructed(qs, summary=f"{_counts(qs)}; {note}")
+        lines = ctx.inputs.jsonl(l2.source)
+        qs = parse_questions(lines, l2.source, l2.n_documents)
+        need = [(where, q) for (where, _), q in zip(lines, qs, strict=True) if not q.key_points]
+        if not need and not l2.construction.decompose:
+            return Constructed(qs, summary=f"{_counts(qs)}; every question has key points")
+        if ask is None:
+            if need:
+                where, q = need[0]
+                raise DataError(
+                    f"the question has no key points ({len(need)} in the file have none) and"
+                    " long2rag.construction.llm names no model to build them: set it to an"
+                    " openai judges entry, or give every question its key points",
+                    file=where,
+                    item=q.item_id,
+                    field="key_points",
+                )
+            raise ConfigError(
+                "long2rag.construction.decompose needs long2rag.construction.llm (an openai"
+                " judges entry)"
+            )
+        name = l2.construction.llm
+        assert name is not None
+        spec = ctx.params.judges[name]
+        llm = construction.Llm(ask, ctx.prompt("repair"), getattr(spec, "json_mode", True))
+        prompts = construction.Prompts(
+            decompose=ctx.prompt("decompose"),
+            extract=ctx.prompt("extract"),
+            aggregate=ctx.prompt("aggregate"),
+            filter=ctx.prompt("filter"),
+            repair=ctx.prompt("repair"),
+        )
+        out, failures = construction.construct_key_points(qs, l2.construction, prompts, llm, name)
+        return Constructed(out, failures, summary=_counts(out))
+
+    def items(self, dataset: Sequence[Question]) -> dict[str, Question]:
+        return {q.item_id: q for q in dataset}
+
+    # ---- generate
+
+    def plan_generations(
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Question]
+    ) -> list[Planned]:
+        return generation.plan(ctx.section, model, spec, dataset, ctx.prompt("generate"))
+
+    def offline_generations(
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Question]
+    ) -> list[Generation]:
+        return generation.offline(ctx.section, model, spec, dataset)
+
+    # ---- judge
+
+    def judge_task(
+        self, generation: Generation, item: Question, prompts: JudgePrompts
+    ) -> JudgeTask:
+        return judging.judge_task(generation, item, prompts)
+
+    def coverage_case(self, item: Question, generation: Generation) -> CoverageCase:
+        return CoverageCase(
+            [(k.kp_id, k.text) for k in item.key_points],
+            judging.answer_units(generation.text or ""),
+        )
+
+    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        return judging.entailment_verdict(target, verdict)
+
+    def coverage_judge(self, spec: JudgeSpec) -> CoverageJudge | None:
+        if isinstance(spec, OverlapJudge):
+            return judging.OverlapCoverage(full=spec.full, partial=spec.partial)
+        return None
+
+    # ---- aggregate and report
+
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Question], runs: Sequence[Run]) -> Aggregated:
+        l2 = ctx.section
+        rows, details = build_rows(
+            dataset, runs, doc_tokens(dataset), l2.scoring.length_buckets, l2.scoring.neutral
+        )
+        agreement = agreement_rows(runs, l2.scoring.neutral) if len(l2.judges) > 1 else []
+        derived_note = (
+            " DERIVED from SummHay (question = subtopic query, documents = top 5 by"
+            f" {l2.derived.retriever}, key points = the planted insights they hold); not the"
+            " paper's data."
+            if l2.source == DERIVED
+            else f" From {l2.source}."
+        )
+        note = (
+            f"Dataset: {len(dataset)} questions, {sum(len(q.key_points) for q in dataset)} key"
+            f" points.{derived_note} KPR = mean over questions of the share of key points the"
+            f" answer entails; neutral counts as {l2.scoring.neutral.replace('_', ' ')}. Generated"
+            " by lfbench; see metrics/long2rag.json."
+        )
+        source = f"derived:{DERIVED}" if l2.source == DERIVED else l2.source
+        return Aggregated(
+            metrics={"rows": rows, "agreement": agreement},
+            summary=summary(rows),
+            report=render(rows, agreement, note),
+            runs=run_rows(rows, details, source),
+        )
+
+    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
+        return report_section(metrics["rows"], where)

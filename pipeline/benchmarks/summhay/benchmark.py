@@ -1,0 +1,199 @@
+"""Summary of a Haystack (Laban et al., EMNLP 2024) on the benchmark contract.
+
+- construct: the released haystacks, validated and normalised (`pipeline.data.haystacks`);
+- generate: bullet-point summaries that cite documents, from a model (`generation.plan`), a
+  no-model baseline, or the 78 released systems (`published`);
+- judge: coverage of each reference insight and the bullet that covers it (an LLM judge,
+  `judging`; the local judge; or the released GPT-4o judgements);
+- aggregate: Coverage / Citation / Joint rows as the paper pools them (`aggregate`, `scoring`),
+  the paper's table layouts (`report`), one MLflow run per row with its plots;
+- agreement: every judge against the 1,419 human labels (`agreement`);
+- the local judge's training data: released judgements of the haystacks people did not
+  annotate (`training`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.benchmarks.summhay import generation, judging, published
+from pipeline.benchmarks.summhay.aggregate import build_rows, run_rows, summary
+from pipeline.benchmarks.summhay.agreement import HumanLabels
+from pipeline.benchmarks.summhay.params import CONTEXT_SETTINGS, SummhayParams, settings_of
+from pipeline.benchmarks.summhay.report import render, report_section
+from pipeline.benchmarks.summhay.scoring import extract_bullets
+from pipeline.benchmarks.summhay.training import SummhayTraining
+from pipeline.core.benchmark import (
+    Aggregated,
+    Asker,
+    Benchmark,
+    Constructed,
+    Context,
+    CoverageCase,
+    CoverageVerdictLike,
+    Gens,
+    JudgePrompts,
+    JudgeTask,
+    Planned,
+    ReportSection,
+    Run,
+)
+from pipeline.core.config import (
+    BaselineModel,
+    JudgeSpec,
+    ModelSpec,
+    OpenAIModel,
+    Params,
+    PublishedModel,
+    known,
+)
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.data.haystacks import (
+    RELEASED_SETTINGS,
+    Haystack,
+    Subtopic,
+    haystack_file,
+    normalise,
+    parse_raw_haystack,
+)
+from pipeline.retrieval.context import RELEASED_RETRIEVERS
+
+RELEASED_NAME = {ours: theirs for theirs, ours in RELEASED_SETTINGS.items()}
+
+
+Ctx = Context[SummhayParams]
+
+
+class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
+    name = "summhay"
+    title = "SummHay"
+    version = "1"
+    params_model = SummhayParams
+    record = Haystack
+    judge_prompts = ("judge_insight", "judge_batch", "judge_repair")
+    model_providers = frozenset({"openai", "published", "baseline"})
+    judge_providers = frozenset({"openai", "published", "local"})
+    agreement = HumanLabels()
+    judge_training = SummhayTraining()
+
+    def check_params(self, section: SummhayParams, params: Params) -> None:
+        for m in section.models:
+            spec = params.models[m]
+            if isinstance(spec, OpenAIModel | BaselineModel):
+                try:
+                    known("setting", settings_of(spec), CONTEXT_SETTINGS)
+                except ValueError as e:
+                    raise ValueError(f"models.{m}.settings: {e}") from e
+
+    # ---- construct
+
+    def needed_retrievers(self, ctx: Ctx) -> dict[str, str]:
+        """Released retrievers whose scores a listed model's setting needs: retriever -> the
+        entry that needs it."""
+        out: dict[str, str] = {}
+        for m in ctx.section.models:
+            spec = ctx.params.models[m]
+            if isinstance(spec, OpenAIModel | BaselineModel):
+                for s in settings_of(spec):
+                    if s in RELEASED_RETRIEVERS:
+                        out.setdefault(s, m)
+        return out
+
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Haystack]:
+        section = ctx.section
+        needed = self.needed_retrievers(ctx)
+        hays = []
+        for hid in section.haystacks:
+            path = posixpath.join(ctx.data_dir, haystack_file(hid))
+            raw = parse_raw_haystack(ctx.inputs.json(path), path)
+            for si, sub in enumerate(raw.subtopics):
+                have = {RELEASED_SETTINGS.get(k, k) for k in sub.retriever}
+                for setting, model in needed.items():
+                    if setting not in have:
+                        raise DataError(
+                            f"no scores of the released retriever {RELEASED_NAME[setting]!r},"
+                            f" which setting {setting} of models.{model} needs",
+                            file=path,
+                            item=f"subtopic {sub.subtopic_id!r} (subtopics[{si}])",
+                            field=f"retriever.{RELEASED_NAME[setting]}",
+                        )
+            hay = normalise(hid, raw, source_file=haystack_file(hid))
+            if section.subtopics is not None:
+                hay = hay.model_copy(update={"subtopics": hay.subtopics[: section.subtopics]})
+            hays.append(hay)
+        n_sub = sum(len(h.subtopics) for h in hays)
+        n_ins = sum(len(s.insights) for h in hays for s in h.subtopics)
+        return Constructed(
+            hays, summary=f"{len(hays)} haystacks, {n_sub} subtopics, {n_ins} insights"
+        )
+
+    def items(self, dataset: Sequence[Haystack]) -> dict[str, Subtopic]:
+        return {s.item_id: s for h in dataset for s in h.subtopics}
+
+    # ---- generate
+
+    def plan_generations(
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Haystack]
+    ) -> list[Planned]:
+        return generation.plan(ctx.section, ctx.params.seed, model, spec, dataset, ctx.prompts)
+
+    def offline_generations(
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Haystack]
+    ) -> list[Generation]:
+        if isinstance(spec, PublishedModel):
+            return list(published.generations(model, spec, ctx.inputs, ctx.data_dir, dataset))
+        if isinstance(spec, BaselineModel):
+            return generation.baseline_generations(
+                ctx.section, ctx.params.seed, model, spec, dataset
+            )
+        raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run summhay")
+
+    # ---- judge
+
+    def judge_task(
+        self, generation: Generation, item: Subtopic, prompts: JudgePrompts
+    ) -> JudgeTask:
+        return judging.judge_task(generation, item, prompts)
+
+    def coverage_case(self, item: Subtopic, generation: Generation) -> CoverageCase:
+        return CoverageCase(
+            [(i.insight_id, i.text) for i in item.insights], extract_bullets(generation.text or "")
+        )
+
+    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        return Verdict(
+            target_id=target,
+            label=verdict.label,
+            link=verdict.bullet,
+            raw=",".join(f"{p:.4f}" for p in verdict.proba),
+        )
+
+    def offline_judgements(
+        self, ctx: Ctx, judge: str, spec: JudgeSpec, dataset: Sequence[Haystack], gens: Gens
+    ) -> list[Judgement]:
+        return list(published.judgements(judge, ctx.inputs, ctx.data_dir, gens))
+
+    # ---- aggregate and report
+
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Haystack], runs: Sequence[Run]) -> Aggregated:
+        scoring = ctx.section.scoring
+        rows, details = build_rows(dataset, runs, scoring.modes, scoring.partial_credit / 100.0)
+        domains = sorted({h.domain for h in dataset})
+        note = (
+            f"Dataset: {len(dataset)} haystacks ({', '.join(domains)}), "
+            f"{sum(len(h.subtopics) for h in dataset)} subtopics. Scores on 0-100; Citation is"
+            " the mean citation F1 over covered insights. Generated by lfbench; see"
+            " metrics/summhay.json."
+        )
+        return Aggregated(
+            metrics={"rows": rows},
+            summary=summary(rows),
+            report=render(rows, note),
+            runs=run_rows(rows, details, scoring.partial_credit),
+        )
+
+    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
+        return report_section(metrics["rows"], where)

@@ -1,0 +1,555 @@
+"""The benchmark contract: what a benchmark package provides, and what it must not do.
+
+A benchmark (`pipeline/benchmarks/<name>/`) is pure: it reads no file, calls no model and logs
+nothing to MLflow. It provides, as a subclass of `Benchmark`:
+
+- its params model (`params_model`, the `<name>:` section of params.yaml) and the model and judge
+  providers it runs (`model_providers`, `judge_providers`), including any it defines itself
+  (`model_specs`, `judge_specs`, named `<name>-<kind>`);
+- dataset construction and validation (`construct`, `record`, `items`), reading raw files only
+  through the `Inputs` it is handed and asking a model only through the `Asker` it is handed;
+- the requests of generation (`plan_generations`) and judging (`judge_task`: the asks for one
+  output, each request with the parser of its answer, built with `judge_task()` below;
+  `judge_prompts` names its prompts), answers that need no model (`offline_generations`:
+  baselines and replayed releases; `offline_judgements`), and how a coverage judge (the local
+  judge, or one of its own) sees an output (`coverage_case`, `coverage_verdict`);
+- scoring into rows, its report and its MLflow runs (`aggregate` -> `Aggregated`), and its section
+  of `lfbench report` (`report_section`);
+- optionally, agreement with human labels (`agreement`) and training data for the local judge
+  (`judge_training`).
+
+The stage layer (`pipeline/stages/`) does everything else, the same way for every benchmark:
+file reads and atomic writes, every model call (cache, journal, retries, usage and cost), the one
+judge loop (first pass, one repair, invalid verdicts counted), MLflow runs with their lineage.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
+
+from pydantic import BaseModel
+
+from pipeline.core.config import (
+    BenchmarkParams,
+    JudgeSpec,
+    LocalJudge,
+    ModelSpec,
+    OpenAIJudge,
+    OpenAIModel,
+    OwnedJudge,
+    OwnedModel,
+    Params,
+)
+from pipeline.core.errors import ConfigError
+from pipeline.core.prompts import Prompt, combined_sha
+from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
+from pipeline.llm.types import ChatRequest
+
+# The columns that identify a result row (a benchmark may add its own, e.g. SummHay's domain).
+RESULT_KEYS = ("benchmark", "system", "setting", "judge", "model")
+
+P = TypeVar("P", bound=BenchmarkParams)  # the benchmark's params section
+D = TypeVar("D", bound=BaseModel)  # one line of datasets/<name>.jsonl
+I = TypeVar("I")  # one item: what one generation answers  # noqa: E741
+
+
+# ---------------------------------------------------------------- what the stage layer hands in
+
+
+class Inputs(Protocol):
+    """Read access to the project's files (paths relative to the project, as in params.yaml and
+    dvc.yaml). Errors name the file (and line)."""
+
+    def json(self, path: str) -> Any: ...
+
+    def jsonl(self, path: str) -> list[tuple[str, Any]]:
+        """Each non-empty line parsed, with where it is (`<path>:<line>`)."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Context(Generic[P]):
+    """What a benchmark method gets: the params (the core and its own section), its prompt files
+    loaded, read access to inputs and the raw-data folder the stage was given (`--data`)."""
+
+    params: Params
+    section: P
+    prompts: Mapping[str, Prompt]
+    inputs: Inputs
+    data_dir: str
+
+    def prompt(self, name: str) -> Prompt:
+        try:
+            return self.prompts[name]
+        except KeyError:
+            raise ConfigError(f"no prompt {name!r} in this benchmark's prompts section") from None
+
+
+# ---------------------------------------------------------------- model requests
+
+
+WHOLE = ""  # the target of an ask whose answer is one value (not one per reference unit)
+Parsed: TypeAlias = tuple[dict[str, Any], dict[str, str]]
+# (answer text, targets still wanted) -> (value by target, problem by target)
+Parser: TypeAlias = Callable[[str | None, Sequence[str]], Parsed]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request and the parser of its answer. A parser raises nothing: it returns the values
+    it could read and a problem (shown to the model in the repair) for every target it could not.
+    `targets` are what the answer must give a value for (one per reference unit for a batched
+    judge prompt; `(WHOLE,)` for a single value). `repair` is the prompt of the one repair request
+    (filled with `${problem}`); None: no repair, an unreadable target is invalid at once."""
+
+    request: ChatRequest
+    parse: Parser
+    targets: tuple[str, ...] = (WHOLE,)
+    repair: Prompt | None = None
+
+
+def single(parse: Callable[[str | None], Any]) -> Parser:
+    """A parser for an ask with one target, from a function that returns the value or raises
+    `pipeline.core.parse.ParseError`."""
+    from pipeline.core.parse import ParseError
+
+    def parser(text: str | None, targets: Sequence[str]) -> Parsed:
+        (target,) = targets
+        try:
+            return {target: parse(text)}, {}
+        except ParseError as e:
+            return {}, {target: str(e)}
+
+    return parser
+
+
+@dataclass
+class Answer:
+    """What the judge loop made of one ask: a value per target it could read (after at most one
+    repair), the problem (with the raw answer) of every target it could not, and the request
+    failures (after the model layer's retries)."""
+
+    ask: Ask
+    values: dict[str, Any] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.invalid
+
+    @property
+    def value(self) -> Any:
+        return self.values[WHOLE]
+
+    @property
+    def failure(self) -> str:
+        """Why a single-value ask has no value."""
+        if self.errors:
+            return "request failed: " + "; ".join(self.errors[:3])
+        return "; ".join(self.invalid.values()) or "no value"
+
+
+class Asker(Protocol):
+    """Sends asks through the model layer and the judge loop (the stage layer's), in one batch."""
+
+    def __call__(self, asks: Sequence[Ask], step: str) -> list[Answer]: ...
+
+
+@dataclass(frozen=True)
+class Constructed(Generic[D]):
+    """A constructed dataset: its records, the items that failed (written without them; the stage
+    then fails, exit 3), and a line for the log."""
+
+    records: list[D]
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One generation to make: the request, and what its record holds besides the answer."""
+
+    request: ChatRequest
+    item_id: str
+    system: str
+    setting: str
+    sample: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JudgeTask:
+    """The judging of one generation: its reference units (`targets`, in the verdicts' order) and
+    the asks that answer them (one per unit, or one for all)."""
+
+    generation: Generation
+    targets: tuple[str, ...]
+    asks: tuple[Ask, ...]
+    prompt_sha: str  # the judge's prompts (what its verdicts' `judge_prompt_sha` records)
+
+
+@dataclass(frozen=True)
+class JudgePrompts:
+    """An LLM judge entry's prompts: the one its `mode` uses, the repair prompt, and whether it
+    asks for a JSON object."""
+
+    prompt: Prompt
+    repair: Prompt
+    mode: str
+    response_format: dict[str, Any] | None
+
+    @property
+    def sha(self) -> str:
+        return combined_sha(self.prompt, self.repair)
+
+    @classmethod
+    def of(
+        cls, ctx: Context[Any], spec: OpenAIJudge, per_unit: str, batched: str | None, repair: str
+    ) -> JudgePrompts:
+        """The entry's prompts, named as the benchmark's prompts section names them."""
+        mode = spec.mode if batched is not None else "per_insight"
+        return cls(
+            ctx.prompt(batched if mode == "batched" and batched else per_unit),
+            ctx.prompt(repair),
+            mode,
+            {"type": "json_object"} if spec.json_mode else None,
+        )
+
+
+def label_parser(unit: str, parse: Callable[[str | None], str]) -> Parser:
+    """The parser of a one-unit answer whose verdict is a label (`parse` raises ParseError):
+    the label, with the answer as the verdict's raw text."""
+
+    def verdict(text: str | None) -> Verdict:
+        return Verdict(target_id=unit, label=parse(text), raw=(text or "").strip())
+
+    return single(verdict)
+
+
+def judge_task(
+    generation: Generation,
+    units: Sequence[str],
+    prompts: JudgePrompts,
+    one: Callable[[str], str],
+    parse_one: Callable[[str], Parser],
+    every: Callable[[], str] | None = None,
+    parse_every: Parser | None = None,
+) -> JudgeTask:
+    """The asks that judge one output: one per reference unit (`per_insight` mode: request key
+    `<generation id>#<unit>`, content `one(unit)`, parser `parse_one(unit)`), or one for all of
+    them (`batched`, when the benchmark has a batched prompt: key `<generation id>`, content
+    `every()`, parser `parse_every`)."""
+    gid = generation.generation_id
+
+    def request(key: str, content: str) -> ChatRequest:
+        messages = [{"role": "user", "content": content}]
+        return ChatRequest(key, messages, prompts.sha, 0, None, prompts.response_format)
+
+    if prompts.mode == "batched" and every is not None and parse_every is not None:
+        asks: tuple[Ask, ...] = (
+            Ask(request(gid, every()), parse_every, tuple(units), prompts.repair),
+        )
+    else:
+        asks = tuple(
+            Ask(request(f"{gid}#{u}", one(u)), parse_one(u), (u,), prompts.repair) for u in units
+        )
+    return JudgeTask(generation, tuple(units), asks, prompts.sha)
+
+
+# ---------------------------------------------------------------- coverage judges
+
+
+@dataclass(frozen=True)
+class CoverageCase:
+    """How a coverage judge sees one output: the reference units (id, text) to look for and the
+    output cut into bullets (summary bullets, answer sentences)."""
+
+    targets: list[tuple[str, str]]
+    bullets: list[str]
+
+
+class CoverageVerdictLike(Protocol):
+    @property
+    def label(self) -> str: ...  # FULL_COVERAGE | PARTIAL_COVERAGE | NO_COVERAGE
+
+    @property
+    def bullet(self) -> int | None: ...  # 1-based
+
+    @property
+    def proba(self) -> tuple[float, float, float]: ...
+
+
+class CoverageJudge(Protocol):
+    """A judge that says, per reference unit, whether a list of bullets covers it (the local
+    judge, or a benchmark's own no-model judge)."""
+
+    @property
+    def sha(self) -> str: ...
+
+    def judge_many(
+        self, cases: Sequence[tuple[Sequence[str], Sequence[str]]]
+    ) -> Sequence[Sequence[CoverageVerdictLike]]: ...
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Run:
+    """The generations of one model entry and one judge's judgements of them."""
+
+    model: str
+    judge: str
+    generations: Sequence[Generation]
+    judgements: Sequence[Judgement]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One MLflow run: what the benchmark knows of it. The stage layer adds the lineage (the
+    model and judge entries, providers and prompt hashes, dataset digest, DVC stage digests, git,
+    runtime), the usage counters of the pair's stages and the judge's kappa against people.
+    `plots` are PNG files (their digest is the run's `lfbench.plots_sha`)."""
+
+    key: str
+    name: str
+    metrics: dict[str, float]
+    params: dict[str, str]
+    tags: dict[str, str]
+    artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes] = field(
+        default_factory=dict
+    )
+    plots: Mapping[str, bytes] = field(default_factory=dict)
+    model: str | None = None  # result rows: the model and judge entries whose stages made it
+    judge: str | None = None
+
+
+@dataclass(frozen=True)
+class Aggregated:
+    """A benchmark's results: the metrics file (`{"rows": [...], ...}`), its summary for `dvc
+    metrics diff`, the report (markdown) and one MLflow run per row."""
+
+    metrics: dict[str, Any]
+    summary: dict[str, Any]
+    report: str
+    runs: list[RunRow]
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A benchmark's part of `lfbench report`: markdown lines and (caption, PNG) figures."""
+
+    lines: list[str]
+    figures: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- optional capabilities
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    """Where one judge's labels on the human-annotated set come from."""
+
+    source: str
+    provider: str
+    sha: str
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class AgreementResult:
+    rows: list[dict[str, Any]]
+    report: str
+    plot: bytes | None
+
+
+class HumanAgreement(ABC, Generic[P, I]):
+    """How far each judge agrees with human labels (the agreement stage). The labelled set is
+    opaque to the stage layer: it only passes it back."""
+
+    @abstractmethod
+    def load(self, ctx: Context[P], raw: Any, file: str) -> Any:
+        """The labelled set from the labels file (validated; errors name file, item, field)."""
+
+    @abstractmethod
+    def released(self, labelled: Any) -> dict[str, Any]:
+        """The labels of the judges released with the labelled set, by judge name."""
+
+    @abstractmethod
+    def to_judge(self, labelled: Any) -> tuple[dict[str, I], list[Generation]]:
+        """The labelled outputs as items and generations, for the project's judges to score."""
+
+    @abstractmethod
+    def labels(self, labelled: Any, judgements: Sequence[Judgement]) -> Any:
+        """A project judge's labels on the labelled set, from its judgements of `to_judge`."""
+
+    @abstractmethod
+    def units(self, judgements: Sequence[Judgement]) -> Any:
+        """A judge's labels on the pipeline's outputs (for judge vs judge)."""
+
+    @abstractmethod
+    def judge_vs_judge(self, section: P) -> bool: ...
+
+    @abstractmethod
+    def evaluate(
+        self,
+        ctx: Context[P],
+        labelled: Any,
+        judged: Mapping[str, Any],
+        info: Mapping[str, JudgeInfo],
+        pipeline: Mapping[str, Any],
+        labels_digest: str,
+    ) -> AgreementResult:
+        """Rows (one per judge against people, one per two judges on the pipeline's outputs),
+        the report and its plot."""
+
+    @abstractmethod
+    def run_rows(self, ctx: Context[P], rows: Sequence[Mapping[str, Any]]) -> list[RunRow]:
+        """One MLflow run per agreement row."""
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Labelled cases for the local judge: what it is trained on, what is held out entirely
+    (measured, never seen), and why groups were excluded."""
+
+    train: list[LabelledCase]
+    train_groups: list[str]
+    heldout: list[LabelledCase]
+    heldout_groups: list[str]
+    excluded: dict[str, str]
+    reference: str  # who labelled the cases (e.g. "published GPT-4o (SummHay release)")
+    reference_key: str  # its short name in the metrics' keys (e.g. "gpt4o")
+
+
+class JudgeTraining(ABC, Generic[P]):
+    """Released judgements a benchmark offers to train the local judge on."""
+
+    @abstractmethod
+    def cases(self, ctx: Context[P], spec: LocalJudge, annotated_path: str) -> TrainingData:
+        """Training and held-out cases; never a case from the human-annotated set's groups."""
+
+
+# ---------------------------------------------------------------- the contract
+
+
+class Benchmark(ABC, Generic[P, D, I]):
+    """One benchmark (see the module docstring). Subclasses set the class attributes and
+    implement the abstract methods; mypy checks them against these signatures."""
+
+    name: ClassVar[str]
+    title: ClassVar[str] = ""  # for reports (default: the name)
+    # Bump when a prompt, parser or metric of the benchmark changes meaning.
+    version: ClassVar[str]
+    params_model: ClassVar[type[BenchmarkParams]]
+    record: ClassVar[type[BaseModel]]  # one line of datasets/<name>.jsonl
+    # The core providers it can generate with and be judged by (plus its own, below).
+    model_providers: ClassVar[frozenset[str]] = frozenset({"openai", "baseline"})
+    judge_providers: ClassVar[frozenset[str]] = frozenset({"openai", "local"})
+    model_specs: ClassVar[tuple[type[OwnedModel], ...]] = ()  # providers it defines
+    judge_specs: ClassVar[tuple[type[OwnedJudge], ...]] = ()
+    agreement: HumanAgreement[Any, Any] | None = None
+    judge_training: JudgeTraining[Any] | None = None
+
+    def check_params(self, section: P, params: Params) -> None:
+        """Cross-checks between the section and the model/judge entries (raise ValueError)."""
+
+    def construction_llm(self, section: P) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return None
+
+    # ---- construct
+
+    @abstractmethod
+    def construct(self, ctx: Context[P], ask: Asker | None) -> Constructed[D]:
+        """Raw data -> the dataset records, validated. `ask` is None unless
+        `construction_llm` names a model."""
+
+    @abstractmethod
+    def items(self, dataset: Sequence[D]) -> dict[str, I]:
+        """The dataset's items by item id (what generations answer and judges check)."""
+
+    # ---- generate
+
+    @abstractmethod
+    def plan_generations(
+        self, ctx: Context[P], model: str, spec: OpenAIModel, dataset: Sequence[D]
+    ) -> list[Planned]:
+        """The requests a model behind an OpenAI-compatible endpoint is sent."""
+
+    @abstractmethod
+    def offline_generations(
+        self, ctx: Context[P], model: str, spec: ModelSpec, dataset: Sequence[D]
+    ) -> list[Generation]:
+        """Outputs that need no model call: baselines, a replayed release, own providers."""
+
+    # ---- judge
+
+    # The prompts of an LLM judge in the benchmark's prompts section: per reference unit, for all
+    # units at once (None: no batched form; `mode: batched` then judges per unit), the repair.
+    judge_prompts: ClassVar[tuple[str, str | None, str]]
+
+    def judge_tasks(
+        self,
+        ctx: Context[P],
+        judge: str,
+        spec: OpenAIJudge,
+        items: Mapping[str, I],
+        gens: Sequence[Generation],
+    ) -> list[JudgeTask]:
+        """The requests an LLM judge is sent for each (ok) generation, with their parsers."""
+        prompts = JudgePrompts.of(ctx, spec, *self.judge_prompts)
+        return [self.judge_task(g, items[g.item_id], prompts) for g in gens]
+
+    @abstractmethod
+    def judge_task(self, generation: Generation, item: I, prompts: JudgePrompts) -> JudgeTask:
+        """The asks that judge one generation (`judge_task` below builds them)."""
+
+    @abstractmethod
+    def coverage_case(self, item: I, generation: Generation) -> CoverageCase:
+        """What a coverage judge (the local judge, or `coverage_judge`) looks at."""
+
+    @abstractmethod
+    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        """A coverage judge's verdict on one reference unit, in this benchmark's labels."""
+
+    def coverage_judge(self, spec: JudgeSpec) -> CoverageJudge | None:
+        """A no-model coverage judge of a provider this benchmark defines, if `spec` is one."""
+        return None
+
+    def offline_judgements(
+        self,
+        ctx: Context[P],
+        judge: str,
+        spec: JudgeSpec,
+        dataset: Sequence[D],
+        gens: Sequence[Generation],
+    ) -> list[Judgement]:
+        """Judgements that need no model: a replayed release (provider published)."""
+        raise ConfigError(f"judges.{judge}: {self.name} has no released judgements to replay")
+
+    # ---- aggregate and report
+
+    @abstractmethod
+    def aggregate(self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]) -> Aggregated:
+        """Judgements -> rows, the metrics file, its summary, the report and the MLflow runs."""
+
+    @abstractmethod
+    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
+        """This benchmark's part of `lfbench report`, from its metrics file (`where`)."""
+
+
+AnyBenchmark: TypeAlias = Benchmark[Any, Any, Any]
+# Short names for the signatures of the benchmark packages.
+Gens: TypeAlias = Sequence[Generation]
+Rows: TypeAlias = list[dict[str, Any]]  # a metrics file's rows
+Details: TypeAlias = dict[tuple[str, ...], list[dict[str, Any]]]  # item-level detail per row

@@ -1,0 +1,534 @@
+"""The params.yaml schema, validated strictly: the runtime, the models and the judges.
+
+Unknown keys, duplicate keys and wrong types are errors that name the key. Every knob a result
+depends on lives in params.yaml (or in a prompt file named there), so DVC sees it.
+
+This module knows no benchmark. Each benchmark's section (`summhay:`, `long2rag:`, ...) is
+validated by the params model of its package, found through the registry
+(`pipeline.core.registry`); so are the model and judge providers a package defines itself (named
+`<benchmark>-<kind>`, e.g. `long2rag-lead`). `load_params(path, benchmarks=[...])` validates the
+core and the named benchmarks only, which is what a stage of one benchmark needs (and all that its
+DVC dependencies cover); `load_params(path)` validates everything (`lfbench check`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from pipeline.core.errors import ConfigError, format_loc
+from pipeline.llm.types import EndpointConfig
+
+if TYPE_CHECKING:
+    from pipeline.core.benchmark import AnyBenchmark
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def no_repeats(**lists: list[str]) -> None:
+    """Each list names every entry once (a repeated model, judge or setting is a typo)."""
+    for label, names in lists.items():
+        if len(set(names)) != len(names):
+            raise ValueError(f"{label} lists a name twice: {names}")
+
+
+def known(label: str, names: Iterable[str], allowed: Iterable[str]) -> None:
+    allowed = list(allowed)
+    for n in names:
+        if n not in allowed:
+            raise ValueError(f"unknown {label} {n!r}; known: {', '.join(allowed)}")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- models under test
+
+
+class PublishedModel(Strict):
+    """Replays the outputs a paper released (SummHay: 78 systems' summaries, news haystacks)."""
+
+    provider: Literal["published"]
+    benchmark: str | None = Field(
+        default=None,
+        description="the benchmark whose release it replays (default: the one listing it)",
+    )
+    systems: list[str] | None = Field(
+        default=None, description="system names to keep (default: all released)"
+    )
+    settings: list[str] | None = Field(
+        default=None, description="settings to keep, e.g. [oracle, full] (default: all released)"
+    )
+
+
+class OpenAIModel(EndpointConfig):
+    """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp, a LiteLLM proxy).
+
+    The key is read from the environment variable named by `api_key_env`, never from here.
+    """
+
+    provider: Literal["openai"]
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+    settings: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="the context settings to run, as the benchmark names them (checked by the"
+        " benchmark; default: the benchmark's default)",
+    )
+    samples: int = Field(default=1, ge=1, description="outputs per item and setting")
+
+    def endpoint(self) -> EndpointConfig:
+        return EndpointConfig.model_validate(
+            {k: getattr(self, k) for k in EndpointConfig.model_fields}
+        )
+
+    @field_validator("settings")
+    @classmethod
+    def _once(cls, settings: list[str] | None) -> list[str] | None:
+        no_repeats(settings=settings or [])
+        return settings
+
+
+class BaselineModel(Strict):
+    """An answer that needs no model (pipeline/baselines.py): `lead` takes the leading sentences
+    of the context's documents in context order; `extractive` the sentences most relevant to the
+    query (BM25 over sentences, near-duplicates dropped). Every bullet cites the documents its
+    sentence comes from."""
+
+    provider: Literal["baseline"]
+    kind: Literal["lead", "extractive"]
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+    settings: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="the context settings to run (checked by the benchmark; default: its default)",
+    )
+    bullets: int | None = Field(
+        default=None, ge=1, description="sentences per answer (default: the benchmark decides)"
+    )
+
+    @field_validator("settings")
+    @classmethod
+    def _once(cls, settings: list[str] | None) -> list[str] | None:
+        no_repeats(settings=settings or [])
+        return settings
+
+
+class OwnedModel(Strict):
+    """A model provider that a benchmark package defines (`<benchmark>-<kind>`). Until that
+    benchmark is loaded its entry is kept as written; loading validates it with the package's
+    own class (a subclass of this one)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    provider: str
+    system: str | None = None
+
+
+# ---------------------------------------------------------------- judges
+
+
+class PublishedJudge(Strict):
+    """Replays the judgements a paper released (SummHay: GPT-4o coverage judgements)."""
+
+    provider: Literal["published"]
+    benchmark: str | None = Field(
+        default=None,
+        description="the benchmark whose release it replays (default: the one listing it)",
+    )
+    agreement_proxy: str | None = Field(
+        default=None,
+        description="a replayed judge cannot score the human-annotated outputs; its agreement "
+        "with people is that of these released predictions (the same judge model and prompt)",
+    )
+
+
+class OpenAIJudge(EndpointConfig):
+    """An LLM judge behind an OpenAI-compatible endpoint, with the project's (or your) prompt."""
+
+    provider: Literal["openai"]
+    mode: Literal["per_insight", "batched"] = Field(
+        default="per_insight",
+        description="per_insight: one call per (reference unit, output), as in the papers; "
+        "batched: all reference units of an output in one call",
+    )
+    json_mode: bool = Field(
+        default=True, description="ask the server for a JSON object (response_format)"
+    )
+    repair: bool = Field(default=True, description="one repair call after an unparseable answer")
+
+    def endpoint(self) -> EndpointConfig:
+        return EndpointConfig.model_validate(
+            {k: getattr(self, k) for k in EndpointConfig.model_fields}
+        )
+
+
+class LocalJudgeTraining(Strict):
+    """How the local judge is trained (stage local-judge-train): on released judgements of these
+    groups of the training benchmark's data, minus every group in the human-annotated set."""
+
+    haystacks: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="groups whose released judgements may be used (default: every one that has"
+        " them; annotated ones are always dropped)",
+    )
+    c: float = Field(default=1.0, gt=0, description="inverse L2 strength of the logistic model")
+    class_weight: Literal["none", "balanced"] = "none"
+
+
+class LocalJudge(Strict):
+    """The offline judge: MiniLM features and a calibrated classifier (pipeline/judging)."""
+
+    provider: Literal["local"]
+    model_path: str = Field(
+        default="models/local-judge/model.json", description="the trained model (a stage output)"
+    )
+    embedding_cache: bool = Field(
+        default=True,
+        description="keep MiniLM vectors in .lfbench/cache/embeddings.sqlite (a pure function of"
+        " the text, shared by stages)",
+    )
+    train: LocalJudgeTraining = LocalJudgeTraining()
+
+
+class OwnedJudge(Strict):
+    """A judge provider that a benchmark package defines (see `OwnedModel`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    provider: str
+
+
+CORE_MODEL_PROVIDERS: dict[str, type[BaseModel]] = {
+    "openai": OpenAIModel,
+    "published": PublishedModel,
+    "baseline": BaselineModel,
+}
+CORE_JUDGE_PROVIDERS: dict[str, type[BaseModel]] = {
+    "openai": OpenAIJudge,
+    "published": PublishedJudge,
+    "local": LocalJudge,
+}
+
+
+def owner_of(provider: str) -> str | None:
+    """The benchmark that defines a non-core provider (`<benchmark>-<kind>`), if it exists."""
+    from pipeline.core import registry
+
+    head, sep, _ = provider.partition("-")
+    return head if sep and head in registry.names() else None
+
+
+def _tagger(core: Mapping[str, type[BaseModel]]) -> Callable[[Any], str | None]:
+    def tag(value: Any) -> str | None:
+        provider = (
+            value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
+        )
+        if not isinstance(provider, str):
+            return None
+        if provider in core:
+            return provider
+        return "owned" if owner_of(provider) else None
+
+    return tag
+
+
+def _provider_error(kind: str, core: Mapping[str, type[BaseModel]]) -> str:
+    return (
+        f"unknown {kind} provider; use one of {', '.join(core)}, or a provider that a benchmark"
+        " package defines (<benchmark>-<kind>, e.g. long2rag-lead)"
+    )
+
+
+ModelSpec = Annotated[
+    Annotated[OpenAIModel, Tag("openai")]
+    | Annotated[PublishedModel, Tag("published")]
+    | Annotated[BaselineModel, Tag("baseline")]
+    | Annotated[OwnedModel, Tag("owned")],
+    Discriminator(
+        _tagger(CORE_MODEL_PROVIDERS),
+        custom_error_type="provider",
+        custom_error_message=_provider_error("model", CORE_MODEL_PROVIDERS),
+    ),
+]
+JudgeSpec = Annotated[
+    Annotated[OpenAIJudge, Tag("openai")]
+    | Annotated[PublishedJudge, Tag("published")]
+    | Annotated[LocalJudge, Tag("local")]
+    | Annotated[OwnedJudge, Tag("owned")],
+    Discriminator(
+        _tagger(CORE_JUDGE_PROVIDERS),
+        custom_error_type="provider",
+        custom_error_message=_provider_error("judge", CORE_JUDGE_PROVIDERS),
+    ),
+]
+
+
+# ---------------------------------------------------------------- benchmark sections
+
+
+class PromptFiles(Strict):
+    """The base of a benchmark's `prompts` section: one path per prompt (relative to the project).
+    Each file's hash is part of every cache key and MLflow run; point one at your own file (e.g.
+    a paper's exact wording) to override it."""
+
+
+class BenchmarkParams(Strict):
+    """The base of every benchmark's params section: the models it runs, the judges that score
+    them, and its prompt files."""
+
+    models: list[str] = Field(min_length=1)
+    judges: list[str] = Field(min_length=1)
+    prompts: PromptFiles = PromptFiles()
+
+    @model_validator(mode="after")
+    def _once(self) -> BenchmarkParams:
+        no_repeats(models=self.models, judges=self.judges)
+        return self
+
+
+S = TypeVar("S", bound=BenchmarkParams)
+
+
+# ---------------------------------------------------------------- the whole file
+
+
+class Params(Strict):
+    # Benchmark sections are extra keys: each is validated by its own package (see load_params).
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    runtime: Literal["auto", "docker", "local"] = "auto"
+    # Extra environment variables a stage's container may see (beyond the API keys named by
+    # api_key_env); see README "Containers".
+    env_passthrough: list[str] = []
+    seed: int = 0
+    models: dict[str, ModelSpec]
+    judges: dict[str, JudgeSpec]
+
+    _sections: dict[str, BenchmarkParams] = PrivateAttr(default_factory=dict)
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _check_env_names(cls, names: list[str]) -> list[str]:
+        for var in names:
+            if not ENV_NAME_RE.match(var):
+                raise ValueError(f"{var!r} is not a valid environment variable name")
+        return names
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Params:
+        from pipeline.core import registry
+
+        for kind, names in (("models", self.models), ("judges", self.judges)):
+            for name in names:
+                if not NAME_RE.match(name):
+                    raise ValueError(
+                        f"{kind} name {name!r} must match {NAME_RE.pattern} "
+                        "(it becomes a DVC stage name and a file name)"
+                    )
+        for key in self.model_extra or {}:
+            if key not in registry.names():
+                raise ValueError(
+                    f"unknown section {key!r}: not a benchmark (benchmarks:"
+                    f" {', '.join(registry.names())})"
+                )
+        return self
+
+    def benchmarks(self) -> list[str]:
+        """The benchmark sections params.yaml has (validated or not)."""
+        return sorted(self.model_extra or {})
+
+    def raw_section(self, name: str) -> Any:
+        return (self.model_extra or {}).get(name)
+
+    def section(self, name: str, model: type[S]) -> S:
+        """A benchmark's validated section (load_params must have been asked for it)."""
+        sec = self._sections.get(name)
+        if sec is None:
+            if name not in (self.model_extra or {}):
+                raise ConfigError(f"params.yaml has no {name} section")
+            raise ConfigError(f"the {name} section was not loaded (load_params(..., [{name!r}]))")
+        if not isinstance(sec, model):
+            raise ConfigError(f"the {name} section is a {type(sec).__name__}, not {model.__name__}")
+        return sec
+
+
+# ---------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}"
+                f" of {node.start_mark.name}"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: Path) -> Any:
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return yaml.load(f, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+
+
+def _invalid(
+    path: Path | str, e: ValidationError, prefix: tuple[int | str, ...] = ()
+) -> ConfigError:
+    lines = []
+    for err in e.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"  {format_loc(prefix + tuple(err['loc']))}: {msg}")
+    return ConfigError(f"{path} is invalid:\n" + "\n".join(lines))
+
+
+def _problem(path: Path | str, where: str, message: str) -> ConfigError:
+    return ConfigError(f"{path} is invalid:\n  {where}: {message}")
+
+
+def validate_params(
+    raw: Any, path: Path | str = "params.yaml", benchmarks: Iterable[str] | None = None
+) -> Params:
+    """Validate a parsed params document: the core, then the benchmark sections named in
+    `benchmarks` (None: every section present), each with its package's own params model, the
+    model and judge entries of the providers that package defines, and the cross-references
+    between the section and the entries."""
+    from pipeline.core import registry
+
+    try:
+        params = Params.model_validate(raw)
+    except ValidationError as e:
+        raise _invalid(path, e) from e
+    names = params.benchmarks() if benchmarks is None else list(benchmarks)
+    models: dict[str, Any] = dict(params.models)
+    judges: dict[str, Any] = dict(params.judges)
+    sections: dict[str, BenchmarkParams] = {}
+    for name in names:
+        bench = registry.get(name)
+        raw_section = params.raw_section(name)
+        if raw_section is None:
+            raise ConfigError(f"{path} has no {name} section (the {name} benchmark's params)")
+        try:
+            sections[name] = bench.params_model.model_validate(raw_section)
+        except ValidationError as e:
+            raise _invalid(path, e, (name,)) from e
+        for kind, entries, owned in (
+            ("models", models, bench.model_specs),
+            ("judges", judges, bench.judge_specs),
+        ):
+            by_provider = {_provider_of(cls): cls for cls in owned}
+            for entry, spec in entries.items():
+                if not isinstance(spec, OwnedModel | OwnedJudge) or owner_of(spec.provider) != name:
+                    continue
+                cls = by_provider.get(spec.provider)
+                if cls is None:
+                    raise _problem(
+                        path,
+                        f"{kind}.{entry}.provider",
+                        f"benchmark {name} defines no provider {spec.provider!r}"
+                        f" (it defines: {', '.join(by_provider) or 'none'})",
+                    )
+                try:
+                    entries[entry] = cls.model_validate(spec.model_dump())
+                except ValidationError as e:
+                    raise _invalid(path, e, (kind, entry)) from e
+    params = params.model_copy(update={"models": models, "judges": judges})
+    for name, section in sections.items():
+        _check_section(registry.get(name), section, params, path)
+    params._sections.update(sections)
+    return params
+
+
+def _provider_of(cls: type[BaseModel]) -> str:
+    field = cls.model_fields["provider"]
+    args: tuple[Any, ...] = getattr(field.annotation, "__args__", ())
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise TypeError(f"{cls.__name__}.provider must be a Literal of one provider name")
+    return str(args[0])
+
+
+def _check_section(
+    bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
+) -> None:
+    """The section's model and judge lists against the entries: defined, and runnable here."""
+    name = bench.name
+    for kind, listed, entries, core in (
+        ("models", section.models, params.models, bench.model_providers),
+        ("judges", section.judges, params.judges, bench.judge_providers),
+    ):
+        for entry in listed:
+            if entry not in entries:
+                raise _problem(
+                    path, f"{name}.{kind}", f"names {entry!r}, which is not defined under {kind}"
+                )
+            spec = entries[entry]
+            provider = spec.provider
+            if owner_of(provider) is not None:
+                if owner_of(provider) != name:
+                    raise _problem(
+                        path,
+                        f"{name}.{kind}",
+                        f"{entry!r} has provider {provider}, which belongs to benchmark"
+                        f" {owner_of(provider)}",
+                    )
+            elif provider not in core:
+                raise _problem(
+                    path,
+                    f"{name}.{kind}",
+                    f"{entry!r} has provider {provider}, which {name} cannot run"
+                    f" (it runs: {', '.join(sorted(core))} and its own providers)",
+                )
+            replayed = getattr(spec, "benchmark", None)
+            if provider == "published" and replayed not in (None, name):
+                raise _problem(
+                    path,
+                    f"{name}.{kind}",
+                    f"{entry!r} replays {replayed} outputs, not {name}'s",
+                )
+    try:
+        bench.check_params(section, params)
+    except ValueError as e:
+        raise _problem(path, name, str(e)) from e
+
+
+def load_params(
+    path: Path = Path("params.yaml"), benchmarks: Iterable[str] | None = None
+) -> Params:
+    """params.yaml, validated: the core and the named benchmark sections (None: all)."""
+    return validate_params(load_yaml(path), path, benchmarks)

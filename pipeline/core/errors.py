@@ -1,0 +1,71 @@
+"""Errors a user can act on.
+
+Every error raised for bad input names where the problem is: the file, the item (a haystack,
+subtopic or generation id) and the field. The CLI prints these without a traceback and exits 2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+
+class LfbenchError(Exception):
+    """An error with a message meant for the user (no traceback needed)."""
+
+
+class ConfigError(LfbenchError):
+    """params.yaml (or a prompt file it names) is invalid."""
+
+
+class DataError(LfbenchError):
+    """An input file is missing, corrupted or does not match its schema."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        item: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = file
+        self.item = item
+        self.field = field
+        self.reason = message
+        where = []
+        if file:
+            where.append(f"file {file}")
+        if item:
+            where.append(f"item {item}")
+        if field:
+            where.append(f"field {field}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class StageFailed(LfbenchError):
+    """A stage finished its work but some items failed; finished items were kept."""
+
+
+def format_loc(loc: tuple[int | str, ...]) -> str:
+    """('insights', 2, 'insight_id') -> 'insights[2].insight_id'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def first_error(e: ValidationError) -> tuple[str, str]:
+    """(field path, message) of the first error of a pydantic ValidationError. A check across
+    fields names its own field (`"key_points[0].doc_id: ..."`), which is used as the path."""
+    err = e.errors()[0]
+    field, msg = format_loc(tuple(err["loc"])), str(err["msg"])
+    if field == "<root>" and msg.startswith("Value error, ") and ": " in msg:
+        field, msg = msg.removeprefix("Value error, ").split(": ", 1)
+    return field, msg

@@ -1,0 +1,136 @@
+"""File helpers: atomic writes, canonical JSON, hashing, validated JSONL reading.
+
+A stage writes only its declared outputs, and writes each one atomically (temporary file in the
+same directory, fsync, rename), so a crash never leaves a half-written output that DVC or the
+next stage could mistake for a finished one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from pipeline.core.errors import DataError, first_error
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def canonical_json(obj: Any) -> str:
+    """A stable JSON text: sorted keys, no spaces, UTF-8 kept. Used for hashing."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_digest(path: Path, algorithm: str = "md5") -> str:
+    """Hex digest of a file's bytes (md5 is what DVC records for a file output)."""
+    h = hashlib.new(algorithm)
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The git blob id of a file (`git hash-object`), as pinned in SOURCES.md."""
+    data = path.read_bytes()
+    h = hashlib.sha1(usedforsecurity=False)
+    h.update(f"blob {len(data)}\0".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+def _read_umask() -> int:
+    mask = os.umask(
+        0
+    )  # read once, at import (single-threaded): umask can only be read by setting it
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically, with the mode a plain `open` would give (mkstemp's
+    temporary file is 0600: an output left by a failed stage must still be readable by the
+    team that shares the workspace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).chmod(0o666 & ~_UMASK)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def dumps_record(record: BaseModel | dict[str, Any]) -> str:
+    payload = record.model_dump(mode="json") if isinstance(record, BaseModel) else record
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True)
+
+
+def write_jsonl(path: Path, records: Iterable[BaseModel | dict[str, Any]]) -> int:
+    """Write records as JSON lines, atomically. Returns the number of lines."""
+    lines = [dumps_record(r) for r in records]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    if not path.exists():
+        raise DataError("file not found", file=str(path))
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=str(path)
+        ) from e
+
+
+def iter_jsonl(path: Path, model: type[M]) -> Iterator[M]:
+    """Read a JSONL file of one record type, validating every line.
+
+    Errors name the file, the line and the field, never a bare KeyError.
+    """
+    if not path.exists():
+        raise DataError("file not found", file=str(path))
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"not valid JSON ({e.msg})", file=f"{path}:{lineno}") from e
+            try:
+                yield model.model_validate(raw)
+            except ValidationError as e:
+                field, msg = first_error(e)
+                item = raw.get("item_id") if isinstance(raw, dict) else None
+                raise DataError(msg, file=f"{path}:{lineno}", item=item, field=field) from e
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    return list(iter_jsonl(path, model))

@@ -1,0 +1,68 @@
+"""The benchmark registry: one package per benchmark under `pipeline/benchmarks/`, by name.
+
+A benchmark is the package `pipeline/benchmarks/<name>/` whose `__init__.py` calls
+`register(<its Benchmark>)`. Packages are found on disk (`names()` imports none of them) and each
+is imported only when asked for (`get(name)`), so a stage of one benchmark loads that benchmark's
+code and no other's: its DVC dependencies name exactly what it runs. Packages whose name starts
+with `_` (the `_template`) are not benchmarks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+from typing import TYPE_CHECKING
+
+from pipeline.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.core.benchmark import AnyBenchmark
+
+PACKAGE = "pipeline.benchmarks"
+
+_REGISTRY: dict[str, AnyBenchmark] = {}
+
+
+@cache
+def names() -> tuple[str, ...]:
+    """Every benchmark package's name, sorted (found on disk, none imported)."""
+    pkg = importlib.import_module(PACKAGE)
+    return tuple(
+        sorted(
+            m.name
+            for m in pkgutil.iter_modules(pkg.__path__)
+            if m.ispkg and not m.name.startswith("_")
+        )
+    )
+
+
+def register(benchmark: AnyBenchmark) -> AnyBenchmark:
+    """Called by a benchmark package's `__init__.py`. A name can be registered once."""
+    name = benchmark.name
+    if name in _REGISTRY:
+        raise ConfigError(
+            f"benchmark {name!r} is registered twice ({type(_REGISTRY[name]).__module__} and"
+            f" {type(benchmark).__module__})"
+        )
+    _REGISTRY[name] = benchmark
+    return benchmark
+
+
+def get(name: str) -> AnyBenchmark:
+    """The registered benchmark `name`, importing its package on first use."""
+    if name not in _REGISTRY:
+        if name not in names():
+            raise ConfigError(f"unknown benchmark {name!r}; known: {', '.join(names())}")
+        importlib.import_module(f"{PACKAGE}.{name}")
+        if name not in _REGISTRY:
+            raise ConfigError(
+                f"package {PACKAGE}.{name} registers no benchmark named {name!r}"
+                " (its __init__.py must call pipeline.core.registry.register)"
+            )
+    return _REGISTRY[name]
+
+
+def load_all() -> list[AnyBenchmark]:
+    """Every benchmark, imported (for the commands that span them: check, report, track)."""
+    return [get(n) for n in names()]

@@ -1,0 +1,84 @@
+"""The model layer's records: an endpoint, a request, its result and a stage's usage report.
+
+Benchmark packages build `ChatRequest`s and read `ChatResult`s; only the stage layer sends them
+(through `pipeline.llm.client`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EndpointConfig(BaseModel):
+    """One OpenAI-compatible endpoint and model, with its sampling and client settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    top_p: float | None = None
+    max_tokens: int = Field(default=1024, ge=1)
+    seed: int | None = 0
+    max_concurrency: int = Field(default=8, ge=1)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=6, ge=0)
+    price_input_per_1m: float = Field(default=0.0, ge=0)
+    price_output_per_1m: float = Field(default=0.0, ge=0)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    key: str
+    messages: list[dict[str, str]]
+    prompt_sha: str
+    sample: int = 0
+    max_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class ChatResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    cache_key: str
+    status: Literal["ok", "error"]
+    text: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    retries: int = 0
+    source: Literal["api", "cache", "journal"] = "api"
+    cost_usd: float = 0.0
+
+
+class UsageReport(BaseModel):
+    label: str
+    items: int
+    ok: int
+    errors: int
+    requests_sent: int
+    retries: int
+    cache_hits: int
+    cache_misses: int
+    journal_hits: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    wall_s: float
+
+    def merged(self, other: UsageReport) -> UsageReport:
+        """The sum of two reports (wall_s summed too); keeps this report's label."""
+        summed: dict[str, Any] = {"label": self.label}
+        for name in type(self).model_fields:
+            if name != "label":
+                summed[name] = getattr(self, name) + getattr(other, name)
+        return UsageReport(**summed)

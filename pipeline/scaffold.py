@@ -1,0 +1,81 @@
+"""`lfbench new-benchmark NAME`: a new benchmark package from `pipeline/benchmarks/_template`.
+
+Copies the template (a small working benchmark: fact recall of answers over documents) to
+`pipeline/benchmarks/NAME/`, renaming it, and, unless asked not to, appends its params section to
+params.yaml and its four stages to dvc.yaml. Nothing else is touched: the registry finds the new
+package by itself. Then `dvc repro NAME-aggregate` runs it end to end.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+
+from pipeline.core.errors import ConfigError
+
+TEMPLATE = "_template"
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+SNIPPETS = ("params.snippet.yaml", "dvc.snippet.yaml")
+TEXT = (".py", ".txt", ".md", ".yaml")
+
+
+def class_name(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def renamed(text: str, name: str) -> str:
+    return text.replace(TEMPLATE, name).replace("Template", class_name(name))
+
+
+def _append(path: Path, text: str, name: str) -> None:
+    """Append a snippet, and check it landed where it belongs: the section at the top level of
+    params.yaml, the stages under `stages:` of dvc.yaml (which must therefore come last)."""
+    old = path.read_text(encoding="utf-8")
+    new = old.rstrip("\n") + "\n" + text
+    try:
+        doc = yaml.safe_load(new) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: appending the {name} snippet would break it: {e}") from e
+    if name not in doc and f"{name}-construct" not in (doc.get("stages") or {}):
+        raise ConfigError(
+            f"{path}: the {name} snippet would not land in place (is `stages:` the last key?);"
+            f" add it by hand from pipeline/benchmarks/{TEMPLATE}/"
+        )
+    path.write_text(new, encoding="utf-8")
+
+
+def create(
+    name: str, root: Path, params_path: Path | None = None, dvc_file: Path | None = None
+) -> list[str]:
+    """Create the package (and wire it when paths are given); the lines to tell the user."""
+    if not NAME_RE.match(name):
+        raise ConfigError(f"benchmark name {name!r} must match {NAME_RE.pattern}")
+    benchmarks = root / "pipeline" / "benchmarks"
+    source, dest = benchmarks / TEMPLATE, benchmarks / name
+    if dest.exists():
+        raise ConfigError(f"{dest} already exists")
+    params = yaml.safe_load(params_path.read_text(encoding="utf-8")) if params_path else {}
+    if params_path and name in (params or {}):
+        raise ConfigError(f"{params_path} already has a {name} section")
+    stages = (yaml.safe_load(dvc_file.read_text(encoding="utf-8")) or {}) if dvc_file else {}
+    if dvc_file and f"{name}-construct" in (stages.get("stages") or {}):
+        raise ConfigError(f"{dvc_file} already has a stage {name}-construct")
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", *SNIPPETS))
+    for path in sorted(dest.rglob("*")):
+        if path.is_file() and path.suffix in TEXT:
+            path.write_text(renamed(path.read_text(encoding="utf-8"), name), encoding="utf-8")
+    lines = [f"created {dest.relative_to(root)}/ from {TEMPLATE}"]
+    if params_path is not None:
+        _append(params_path, renamed((source / SNIPPETS[0]).read_text("utf-8"), name), name)
+        lines.append(f"appended the {name} section to {params_path}")
+    if dvc_file is not None:
+        _append(dvc_file, renamed((source / SNIPPETS[1]).read_text("utf-8"), name), name)
+        lines.append(f"appended the {name} stages to {dvc_file}")
+    lines.append(
+        f"next: edit {dest.relative_to(root)}/ (README.md there says what to change), then"
+        f" `dvc repro {name}-aggregate`"
+    )
+    return lines

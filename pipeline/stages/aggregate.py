@@ -1,0 +1,150 @@
+"""Stage `<benchmark>-aggregate`: judgements -> the metrics file, its summary, the report, and one
+MLflow run per result row, with the lineage that makes it traceable.
+
+The benchmark scores (pure); this stage reads the generations and judgements of every (model,
+judge) pair of its section, writes what the benchmark returns, and logs each row with the lineage
+every benchmark's runs carry: the model and judge entries and providers, their prompt hashes, the
+dataset digest, the DVC digests of the construct, generate and judge stages, git, data and
+runtime, the usage counters of the pair's stages, and the judge's kappa against people (from the
+agreement stage's metrics, when given).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from pipeline.core.benchmark import AnyBenchmark, RunRow
+from pipeline.core.config import Params
+from pipeline.core.io import atomic_write_text, file_digest, read_json, write_json
+from pipeline.stages.common import (
+    collect_usage,
+    common_tags,
+    construct_stage,
+    context,
+    generate_stage,
+    joined_sha,
+    judge_stage,
+    prompt_shas,
+    read_dataset,
+    read_runs,
+    stage_md5_of,
+    usage_metrics,
+)
+from pipeline.stages.tracking import RunSpec, SyncReport, sync
+
+log = logging.getLogger(__name__)
+
+
+def kappa_vs_human(agreement_path: Path | None) -> dict[str, float]:
+    """judge -> Cohen's kappa against people, from an agreement stage's metrics file (its rows
+    with `reference: human`)."""
+    if agreement_path is None or not agreement_path.exists():
+        return {}
+    rows = read_json(agreement_path).get("rows", [])
+    return {
+        str(r["judge"]): float(r["cohen_kappa"])
+        for r in rows
+        if r.get("reference") == "human" and r.get("cohen_kappa") is not None
+    }
+
+
+def plots_sha(plots: Mapping[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(plots):
+        h.update(name.encode() + b"\0" + hashlib.sha256(plots[name]).digest())
+    return h.hexdigest()[:16]
+
+
+def run_spec(
+    bench: AnyBenchmark,
+    params: Params,
+    row: RunRow,
+    *,
+    lineage: Mapping[str, str],
+    metrics: Mapping[str, float] | None = None,
+) -> RunSpec:
+    """The MLflow run of one row: its metrics, params, artifacts and plots, the benchmark's tags
+    and the given lineage (plus `lfbench.plots_sha` when it has plots)."""
+    tags = {"benchmark": bench.name, "benchmark.version": bench.version, **row.tags, **lineage}
+    if row.plots:
+        tags["lfbench.plots_sha"] = plots_sha(row.plots)
+    return RunSpec(
+        row_key=row.key,
+        name=row.name,
+        metrics={**row.metrics, **(metrics or {})},
+        params=row.params,
+        tags=tags,
+        artifacts={**row.artifacts, **row.plots},
+    )
+
+
+def aggregate(
+    bench: AnyBenchmark,
+    params: Params,
+    dataset_path: Path,
+    generations_dir: Path,
+    judgements_dir: Path,
+    metrics_path: Path,
+    summary_path: Path,
+    report_path: Path,
+    root: Path,
+    track: bool = True,
+    agreement_path: Path | None = None,
+) -> list[RunRow]:
+    ctx = context(bench, params, root)
+    section = ctx.section
+    dataset = read_dataset(bench, dataset_path)
+    runs = read_runs(params, section.models, section.judges, generations_dir, judgements_dir)
+    result = bench.aggregate(ctx, dataset, runs)
+    write_json(metrics_path, result.metrics)
+    write_json(summary_path, result.summary)
+    atomic_write_text(report_path, result.report)
+    log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
+    if track:
+        usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)
+        shas = prompt_shas(runs, params)
+        kappas = kappa_vs_human(agreement_path)
+        digest = file_digest(dataset_path)
+        common = common_tags(root)
+        construct_md5 = stage_md5_of(root, construct_stage(bench.name))
+        specs = []
+        for row in result.runs:
+            assert row.model is not None and row.judge is not None, row.key
+            m, j = row.model, row.judge
+            lineage = {
+                "model.entry": m,
+                "model.provider": params.models[m].provider,
+                "judge.name": j,
+                "judge.provider": params.judges[j].provider,
+                "judge.prompt_sha": joined_sha(shas, m, j),
+                "model.prompt_sha": joined_sha(shas, m),
+                "dataset.digest": digest,
+                "dvc.stage": judge_stage(bench.name, m, j),
+                "dvc.stage_md5": stage_md5_of(root, judge_stage(bench.name, m, j)),
+                "dvc.generate_stage_md5": stage_md5_of(root, generate_stage(bench.name, m)),
+                "dvc.construct_stage_md5": construct_md5,
+                **common,
+            }
+            metrics = usage_metrics(usage, m, j)
+            if j in kappas:
+                metrics["judge.kappa_vs_human"] = kappas[j]
+                lineage["judge.kappa_vs_human"] = f"{kappas[j]:.3f}"
+            specs.append(run_spec(bench, params, row, lineage=lineage, metrics=metrics))
+        report = sync(bench.name, specs, root)
+        log_sync(bench.name, report)
+    return result.runs
+
+
+def log_sync(experiment: str, report: SyncReport) -> None:
+    log.info(
+        "mlflow %s: %d runs created, %d unchanged (skipped), %d superseded, %d with plots"
+        " re-logged",
+        experiment,
+        report.created,
+        report.skipped,
+        report.superseded,
+        report.refreshed,
+    )

@@ -1,0 +1,165 @@
+"""Stage `<benchmark>-agreement`: how far each judge agrees with people (and with each other).
+
+The benchmark reads its human labels and computes the statistics (`Benchmark.agreement`); this
+stage reads the files, has every judge of the benchmark's section score the labelled outputs
+(an LLM judge through the judge loop, with its own journal; a coverage judge; a replayed judge
+stands in with the released predictions it names as `agreement_proxy`), reads the pipeline's
+judgements for judge vs judge, writes the rows, the report and the plot, and logs one MLflow run
+per row (experiment `agreement`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo
+from pipeline.core.config import OpenAIJudge, Params, PublishedJudge
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.io import (
+    atomic_write_bytes,
+    atomic_write_text,
+    file_digest,
+    read_jsonl,
+    write_json,
+)
+from pipeline.core.records import Judgement
+from pipeline.stages.aggregate import log_sync, run_spec
+from pipeline.stages.common import (
+    agreement_stage,
+    common_tags,
+    context,
+    finish_llm_stage,
+    stage_md5_of,
+)
+from pipeline.stages.judge import coverage_judge, coverage_judgements, llm_judgements
+from pipeline.stages.tracking import sync
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "agreement"
+
+
+def capability(bench: AnyBenchmark) -> HumanAgreement[Any, Any]:
+    if bench.agreement is None:
+        raise ConfigError(f"benchmark {bench.name} has no human labels to measure judges against")
+    return bench.agreement
+
+
+def judge_labelled(
+    bench: AnyBenchmark, ctx: Context[Any], labelled: Any, released: dict[str, Any], root: Path
+) -> tuple[dict[str, Any], dict[str, JudgeInfo]]:
+    """Each judge of the section on the labelled outputs: its labels and where they come from."""
+    ag = capability(bench)
+    params = ctx.params
+    items, gens = ag.to_judge(labelled)
+    judged: dict[str, Any] = {}
+    info: dict[str, JudgeInfo] = {}
+    for name in ctx.section.judges:
+        spec = params.judges[name]
+        if isinstance(spec, PublishedJudge):
+            proxy = spec.agreement_proxy
+            if proxy is None:
+                continue
+            if proxy not in released:
+                raise DataError(
+                    f"judges.{name}.agreement_proxy names {proxy!r}, which the labels file does"
+                    f" not hold (it has: {', '.join(released)})"
+                )
+            judged[name] = released[proxy]
+            info[name] = JudgeInfo(
+                f"released predictions of {proxy} (replayed judge)", spec.provider, "published"
+            )
+        elif isinstance(spec, OpenAIJudge):
+            stage = agreement_stage(bench.name, name)
+            js, report = llm_judgements(bench, ctx, name, spec, items, gens, stage, root)
+            finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
+            sha = ",".join(sorted({j.judge_prompt_sha for j in js})) or "none"
+            judged[name] = ag.labels(labelled, js)
+            info[name] = JudgeInfo(
+                "judged by lfbench", spec.provider, sha, float(sum(j.usage.cost_usd for j in js))
+            )
+        else:
+            cj = coverage_judge(bench, name, spec, root)
+            js = coverage_judgements(bench, name, cj, items, gens)
+            judged[name] = ag.labels(labelled, js)
+            info[name] = JudgeInfo("judged by lfbench", spec.provider, cj.sha)
+    return judged, info
+
+
+def pipeline_units(bench: AnyBenchmark, ctx: Context[Any], judgements_dir: Path) -> dict[str, Any]:
+    """Each judge's labels on the pipeline's outputs (every model of the section it judged)."""
+    ag = capability(bench)
+    out = {}
+    for judge in ctx.section.judges:
+        js: list[Judgement] = []
+        for model in ctx.section.models:
+            path = judgements_dir / model / f"{judge}.jsonl"
+            if path.exists():
+                js += read_jsonl(path, Judgement)
+        out[judge] = ag.units(js)
+    return out
+
+
+def agreement(
+    bench: AnyBenchmark,
+    params: Params,
+    labels: Path,
+    out: Path,
+    *,
+    judgements_dir: Path | None = None,
+    report_path: Path | None = None,
+    plot_path: Path | None = None,
+    root: Path,
+    track: bool = True,
+    project_judges: bool = True,
+) -> list[dict[str, Any]]:
+    ag = capability(bench)
+    ctx = context(bench, params, root)
+    labelled = ag.load(ctx, ctx.inputs.json(str(labels)), str(labels))
+    released = ag.released(labelled)
+    judged: dict[str, Any] = dict(released)
+    info = {n: JudgeInfo("released predictions", "released", "released") for n in released}
+    if project_judges:
+        mine, mine_info = judge_labelled(bench, ctx, labelled, released, root)
+        judged |= mine
+        info |= mine_info
+    units: dict[str, Any] = {}
+    if judgements_dir is not None and ag.judge_vs_judge(ctx.section):
+        units = pipeline_units(bench, ctx, judgements_dir)
+    result = ag.evaluate(ctx, labelled, judged, info, units, file_digest(labels))
+    write_json(out, {"rows": result.rows})
+    log.info("wrote %s: %d agreement rows", out, len(result.rows))
+    if report_path is not None:
+        atomic_write_text(report_path, result.report)
+    if plot_path is not None and result.plot is not None:
+        atomic_write_bytes(plot_path, result.plot)
+    if track:
+        log_runs(bench, ctx, result.rows, labels, plot_path, root)
+    return result.rows
+
+
+def log_runs(
+    bench: AnyBenchmark,
+    ctx: Context[Any],
+    rows: Sequence[dict[str, Any]],
+    labels: Path,
+    plot_path: Path | None,
+    root: Path,
+) -> None:
+    """One MLflow run per agreement row, with the labels' digest and the stage's lineage."""
+    stage = agreement_stage(bench.name)
+    lineage = common_tags(root) | {
+        "labels.digest": file_digest(labels),
+        "dvc.stage": stage,
+        "dvc.stage_md5": stage_md5_of(root, stage),
+    }
+    plot = {plot_path.name: plot_path.read_bytes()} if plot_path and plot_path.exists() else {}
+    specs = [
+        run_spec(bench, ctx.params, dataclasses.replace(row, plots=plot), lineage=lineage)
+        for row in capability(bench).run_rows(ctx, rows)
+    ]
+    log_sync(EXPERIMENT, sync(EXPERIMENT, specs, root))

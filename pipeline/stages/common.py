@@ -1,0 +1,286 @@
+"""What every stage of every benchmark shares.
+
+- Stage names (as in dvc.yaml: `<benchmark>-construct`, `<benchmark>-generate@<model>`,
+  `<benchmark>-judge@<model>-<judge>`, ...), the benchmark's `Context` (its params section, its
+  prompt files loaded, read access to the project's files) and the dataset file read back.
+- Usage: the report of a stage that called no model, where the report lives beside an output,
+  and the run-state counters MLflow gets (they depend on the cache, so they stay out of the
+  metrics files).
+- The LLM response cache and a stage's resumable journal, and the end of an LLM stage: log its
+  usage, fail on failed items (the others are written and cached), else clear its journal.
+- The lineage every MLflow run carries (git, data, runtime, a DVC stage's md5).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipeline import __version__
+from pipeline.core.benchmark import AnyBenchmark, Context, Run
+from pipeline.core.config import Params
+from pipeline.core.errors import DataError, StageFailed
+from pipeline.core.io import read_json, read_jsonl
+from pipeline.core.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
+from pipeline.core.prompts import load_prompt
+from pipeline.llm.journal import clear_journal
+from pipeline.llm.types import UsageReport
+
+log = logging.getLogger(__name__)
+
+STAGE_USAGE_KEYS = (
+    "requests_sent",
+    "retries",
+    "cache_hits",
+    "cache_misses",
+    "journal_hits",
+    "errors",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "wall_s",
+)
+
+
+# ---------------------------------------------------------------- names and context
+
+
+def construct_stage(benchmark: str) -> str:
+    return f"{benchmark}-construct"
+
+
+def generate_stage(benchmark: str, model: str) -> str:
+    return f"{benchmark}-generate@{model}"
+
+
+def judge_stage(benchmark: str, model: str, judge: str) -> str:
+    return f"{benchmark}-judge@{model}-{judge}"
+
+
+def agreement_stage(benchmark: str, judge: str | None = None) -> str:
+    return f"{benchmark}-agreement" + (f"@{judge}" if judge else "")
+
+
+class FileInputs:
+    """The `Inputs` a benchmark reads through: files under the project root, named in errors as
+    they were asked for."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, path: str) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() else self.root / p
+
+    def exists(self, path: str) -> bool:
+        return self._path(path).exists()
+
+    def json(self, path: str) -> Any:
+        p = self._path(path)
+        if not p.exists():
+            raise DataError("file not found", file=path)
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=path
+            ) from e
+
+    def jsonl(self, path: str) -> list[tuple[str, Any]]:
+        p = self._path(path)
+        if not p.exists():
+            raise DataError("file not found", file=path)
+        out = []
+        with p.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    out.append((where, json.loads(line)))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"not valid JSON ({e.msg})", file=where) from e
+        return out
+
+
+def context(
+    bench: AnyBenchmark, params: Params, root: Path, data_dir: str | Path = ""
+) -> Context[Any]:
+    """The benchmark's context: its section, its prompt files (loaded: a missing one is an error
+    naming it), read access to the project, and the raw-data folder of the stage."""
+    section = params.section(bench.name, bench.params_model)
+    prompts = {
+        name: load_prompt(path, root)
+        for name, path in section.prompts.model_dump().items()
+        if isinstance(path, str)
+    }
+    return Context(params, section, prompts, FileInputs(root), str(data_dir))
+
+
+def read_dataset(bench: AnyBenchmark, path: Path) -> list[BaseModel]:
+    """The dataset file, every line validated as the benchmark's record type."""
+    records = read_jsonl(path, bench.record)
+    if not records:
+        raise DataError("the dataset is empty", file=str(path))
+    return records
+
+
+def applies(params: Params, model: str, judge: str) -> bool:
+    """A judge that replays released judgements only knows the released outputs."""
+    return not (
+        params.judges[judge].provider == "published"
+        and params.models[model].provider != "published"
+    )
+
+
+def read_runs(
+    params: Params,
+    models: Sequence[str],
+    judges: Sequence[str],
+    generations_dir: Path,
+    judgements_dir: Path,
+) -> list[Run]:
+    """The generations of each model and the judgements of each judge that applies to them."""
+    from pipeline.core.records import Generation, Judgement
+
+    runs = []
+    for model in models:
+        gens = read_jsonl(generations_dir / f"{model}.jsonl", Generation)
+        for judge in judges:
+            if applies(params, model, judge):
+                js = read_jsonl(judgements_dir / model / f"{judge}.jsonl", Judgement)
+                runs.append(Run(model, judge, gens, js))
+    return runs
+
+
+# ---------------------------------------------------------------- usage, cache, journal
+
+
+def no_usage(label: str) -> UsageReport:
+    """The usage report of a stage that called no model (published outputs, baselines)."""
+    return UsageReport(label=label, **dict.fromkeys(set(UsageReport.model_fields) - {"label"}, 0))
+
+
+def usage_path(out: Path) -> Path:
+    """Where a stage writes its usage and cost report, beside its output."""
+    return out.with_name(out.stem + ".usage.json")
+
+
+def llm_paths(root: Path, stage: str) -> tuple[Path, Path]:
+    """The shared response cache and this stage's resumable journal."""
+    safe = stage.replace("@", "_").replace("/", "_")
+    return (
+        root / ".lfbench" / "cache" / "llm.sqlite",
+        root / ".lfbench" / "journal" / f"{safe}.jsonl",
+    )
+
+
+def log_usage(stage: str, report: UsageReport) -> None:
+    if report.items:
+        log.info(
+            "%s: %d items, %d requests sent (%d retries), cache %d hits / %d misses, journal %d,"
+            " tokens %d in / %d out, $%.4f, %.1f s",
+            stage,
+            report.items,
+            report.requests_sent,
+            report.retries,
+            report.cache_hits,
+            report.cache_misses,
+            report.journal_hits,
+            report.input_tokens,
+            report.output_tokens,
+            report.cost_usd,
+            report.wall_s,
+        )
+
+
+def finish_llm_stage(stage: str, root: Path, report: UsageReport, failed: Sequence[Any]) -> None:
+    """Log the stage's usage; raise StageFailed if any item failed (its outputs are written and
+    its successful calls cached, so a re-run retries only the failed ones); else clear the
+    journal."""
+    log_usage(stage, report)
+    if failed:
+        first = failed[0]
+        raise StageFailed(
+            f"{stage}: {len(failed)} item(s) failed (first: {first.generation_id}: {first.error});"
+            " the outputs of the others are written and cached; re-run to retry the failed ones"
+        )
+    clear_journal(llm_paths(root, stage)[1])
+
+
+# ---------------------------------------------------------------- what MLflow gets
+
+
+def read_usage(path: Path) -> dict[str, float]:
+    """The run-state counters of a stage (requests sent, cache hits, ...), for MLflow only."""
+    if not path.exists():
+        return {}
+    raw = read_json(path)
+    return {k: float(raw[k]) for k in STAGE_USAGE_KEYS if isinstance(raw.get(k), int | float)}
+
+
+StageUsage = dict[tuple[str, str, str], dict[str, float]]
+
+
+def collect_usage(
+    models: Iterable[str], judges: Sequence[str], generations_dir: Path, judgements_dir: Path
+) -> StageUsage:
+    """{("generate", model, ""): counters, ("judge", model, judge): counters}."""
+    usage: StageUsage = {}
+    for model in models:
+        usage[("generate", model, "")] = read_usage(generations_dir / f"{model}.usage.json")
+        for judge in judges:
+            usage[("judge", model, judge)] = read_usage(
+                judgements_dir / model / f"{judge}.usage.json"
+            )
+    return usage
+
+
+def usage_metrics(usage: StageUsage, model: str, judge: str) -> dict[str, float]:
+    """A result row's `generate.*` and `judge.*` counters."""
+    out: dict[str, float] = {}
+    for stage, u in (
+        ("generate", usage.get(("generate", model, ""), {})),
+        ("judge", usage.get(("judge", model, judge), {})),
+    ):
+        out |= {f"{stage}.{k}": v for k, v in u.items()}
+    return out
+
+
+def prompt_shas(runs: Iterable[Run], params: Params) -> dict[tuple[str, str], list[str]]:
+    """{(model, judge): judge prompt hashes, (model, ""): generation prompt hashes}. A
+    generation without a prompt hash is a replayed release ("published") or "none"."""
+    runs = list(runs)
+    out = {(r.model, r.judge): sorted({j.judge_prompt_sha for j in r.judgements}) for r in runs}
+    for r in runs:
+        default = "published" if params.models[r.model].provider == "published" else "none"
+        out[(r.model, "")] = sorted({str(g.meta.get("prompt_sha", default)) for g in r.generations})
+    return out
+
+
+def joined_sha(shas: dict[tuple[str, str], list[str]], model: str, judge: str = "") -> str:
+    return ",".join(shas.get((model, judge), [])) or "none"
+
+
+def stage_md5_of(root: Path, stage: str) -> str:
+    """The md5 of a stage's dvc.lock entry (what the result was made from), or "unknown"."""
+    entry = dvc_lock_entry(root, stage)
+    return stage_md5(entry) if entry else "unknown"
+
+
+def common_tags(root: Path) -> dict[str, str]:
+    """The lineage every MLflow run carries: the code (lfbench version, git commit, dirty), the
+    data (data.dvc's md5) and where it ran (runtime, image digest, container)."""
+    git = git_info(root)
+    return {
+        "lfbench.version": __version__,
+        "data.digest": dvc_file_md5(root / "data.dvc") or "unknown",
+        "git.commit": git.commit,
+        "git.dirty": "unknown" if git.dirty is None else str(git.dirty).lower(),
+        **runtime_tags(),
+    }

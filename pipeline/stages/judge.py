@@ -1,0 +1,256 @@
+"""Stage `<benchmark>-judge@<model>-<judge>`: outputs -> one judgement per output by one judge.
+
+- an LLM judge (`openai`): the benchmark's judge tasks through the one judge loop (first pass,
+  one repair, invalid verdicts recorded with the raw answer and counted, never scored);
+- a coverage judge: the local judge (its trained model file) or a no-model judge the benchmark
+  defines, on the benchmark's view of each output (`coverage_case`);
+- a replayed release (`published`): the benchmark's released judgements, for released outputs
+  only (for any other model the stage writes no judgements and the aggregate skips the pair).
+
+Outputs whose generation failed are not judged (the aggregate counts them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge
+from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params, PublishedJudge
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.io import read_jsonl, write_jsonl
+from pipeline.core.records import Generation, Judgement, Usage, Verdict
+from pipeline.llm.client import cost_usd, resolve_api_key, write_usage
+from pipeline.llm.types import UsageReport
+from pipeline.stages.common import (
+    applies,
+    context,
+    finish_llm_stage,
+    judge_stage,
+    llm_paths,
+    no_usage,
+    read_dataset,
+    usage_path,
+)
+
+log = logging.getLogger(__name__)
+
+
+def llm_judgements(
+    bench: AnyBenchmark,
+    ctx: Context[Any],
+    judge: str,
+    spec: OpenAIJudge,
+    items: Mapping[str, Any],
+    gens: Sequence[Generation],
+    stage: str,
+    root: Path,
+) -> tuple[list[Judgement], UsageReport]:
+    """An LLM judge's judgements of `gens` (ok generations of known items)."""
+    from pipeline.judging.loop import ask_all
+
+    endpoint = spec.endpoint()
+    resolve_api_key(endpoint, f"judges.{judge}")
+    tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
+    asks = [a for t in tasks for a in t.asks]
+    cache, journal = llm_paths(root, stage)
+    answers, report = ask_all(
+        endpoint, asks, repair=spec.repair, cache_path=cache, journal_path=journal, label=stage
+    )
+    out, k = [], 0
+    for task in tasks:
+        mine = answers[k : k + len(task.asks)]
+        k += len(task.asks)
+        errors = [e for a in mine for e in a.errors]
+        verdicts: list[Verdict] = []
+        for target in task.targets:
+            value = next((a.values[target] for a in mine if target in a.values), None)
+            if isinstance(value, Verdict):
+                verdicts.append(value)
+                continue
+            problem = next((a.invalid[target] for a in mine if target in a.invalid), "no verdict")
+            verdicts.append(
+                Verdict(target_id=target, label="INVALID", link=None, status="invalid", raw=problem)
+            )
+        tin = sum(a.input_tokens for a in mine)
+        tout = sum(a.output_tokens for a in mine)
+        status = (
+            "error"
+            if errors
+            else "invalid"
+            if any(v.status == "invalid" for v in verdicts)
+            else "ok"
+        )
+        out.append(
+            judgement(
+                bench.name,
+                task.generation,
+                judge,
+                task.prompt_sha,
+                status,
+                [] if errors else verdicts,
+                error="; ".join(errors[:3]) if errors else None,
+                usage=Usage(
+                    input_tokens=tin,
+                    output_tokens=tout,
+                    requests=sum(a.calls for a in mine),
+                    cost_usd=round(cost_usd(spec, tin, tout), 8),
+                ),
+            )
+        )
+    return out, report
+
+
+def judgement(
+    benchmark: str,
+    g: Generation,
+    judge: str,
+    sha: str,
+    status: str,
+    verdicts: list[Verdict],
+    *,
+    error: str | None = None,
+    usage: Usage | None = None,
+) -> Judgement:
+    return Judgement(
+        benchmark=benchmark,
+        generation_id=g.generation_id,
+        item_id=g.item_id,
+        model=g.model,
+        system=g.system,
+        setting=g.setting,
+        sample=g.sample,
+        judge=judge,
+        judge_prompt_sha=sha,
+        status=status,
+        verdicts=verdicts,
+        error=error,
+        usage=usage or Usage(),
+    )
+
+
+def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path) -> CoverageJudge:
+    """The local judge (its trained model) or the benchmark's own no-model judge."""
+    if isinstance(spec, LocalJudge):
+        from pipeline.judging.embeddings import default_cache_path
+        from pipeline.judging.local import LocalJudge as Model
+
+        cache = default_cache_path(root) if spec.embedding_cache else None
+        return Model.load(root / spec.model_path, cache=cache)
+    own = bench.coverage_judge(spec)
+    if own is None:
+        raise ConfigError(f"judges.{judge}: provider {spec.provider!r} cannot judge {bench.name}")
+    return own
+
+
+def coverage_judgements(
+    bench: AnyBenchmark,
+    judge: str,
+    cj: CoverageJudge,
+    items: Mapping[str, Any],
+    gens: Sequence[Generation],
+) -> list[Judgement]:
+    """A coverage judge's judgements of `gens` (ok generations of known items)."""
+    cases = [bench.coverage_case(items[g.item_id], g) for g in gens]
+    verdicts = cj.judge_many([([t for _, t in c.targets], c.bullets) for c in cases])
+    if len(verdicts) != len(cases):
+        raise ValueError(f"judge {judge} answered {len(verdicts)} cases for {len(cases)}")
+    out = []
+    for g, case, vs in zip(gens, cases, verdicts, strict=True):
+        if len(vs) != len(case.targets):
+            raise ValueError(f"judge {judge} gave {len(vs)} verdicts for {len(case.targets)} units")
+        row = [bench.coverage_verdict(tid, v) for (tid, _), v in zip(case.targets, vs, strict=True)]
+        status = "invalid" if any(v.status == "invalid" for v in row) else "ok"
+        out.append(judgement(bench.name, g, judge, cj.sha, status, row))
+    embedder = getattr(cj, "embedder", None)
+    if embedder is not None:
+        log.info(
+            "judge %s (%s): %d outputs, %d texts embedded, %d read from the cache",
+            judge,
+            cj.sha[:12],
+            len(gens),
+            embedder.computed,
+            embedder.cache_hits,
+        )
+        embedder.close()
+    return out
+
+
+def judgeable(items: Mapping[str, Any], gens: Sequence[Generation], where: str) -> list[Generation]:
+    """The generations to judge: the ok ones, each of an item of the dataset."""
+    out = []
+    for g in gens:
+        if g.status != "ok":
+            continue  # nothing to judge; the aggregate counts it as a failed generation
+        if g.item_id not in items:
+            raise DataError(
+                "generation of an item that is not in the dataset",
+                file=where,
+                item=g.generation_id,
+                field="item_id",
+            )
+        out.append(g)
+    return out
+
+
+def judge(
+    bench: AnyBenchmark,
+    params: Params,
+    model: str,
+    judge_name: str,
+    dataset_path: Path,
+    generations_path: Path,
+    data_dir: Path,
+    out: Path,
+    root: Path,
+) -> int:
+    stage = judge_stage(bench.name, model, judge_name)
+    gens = read_jsonl(generations_path, Generation)
+    spec = params.judges[judge_name]
+    if not applies(params, model, judge_name):
+        log.warning(
+            "judge %s replays released judgements and does not apply to model %s (provider %s);"
+            " writing no judgements",
+            judge_name,
+            model,
+            params.models[model].provider,
+        )
+        write_jsonl(out, [])
+        write_usage(usage_path(out), no_usage(stage))
+        return 0
+    ctx = context(bench, params, root, data_dir)
+    dataset = read_dataset(bench, dataset_path)
+    report: UsageReport
+    if isinstance(spec, PublishedJudge):
+        js = bench.offline_judgements(ctx, judge_name, spec, dataset, gens)
+        report = no_usage(stage)
+    else:
+        items = bench.items(dataset)
+        todo = judgeable(items, gens, str(generations_path))
+        if isinstance(spec, OpenAIJudge):
+            js, report = llm_judgements(bench, ctx, judge_name, spec, items, todo, stage, root)
+        else:
+            started = time.perf_counter()
+            js = coverage_judgements(
+                bench, judge_name, coverage_judge(bench, judge_name, spec, root), items, todo
+            )
+            # The usage file is a DVC output: a stage that calls no model records its counts
+            # only, so a re-run anywhere writes the same bytes; its time is in the log.
+            report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})
+            log.info("%s: %d judgements in %.1f s", stage, len(js), time.perf_counter() - started)
+    write_jsonl(out, js)
+    write_usage(usage_path(out), report)
+    n_invalid = sum(1 for j in js for v in j.verdicts if v.status == "invalid")
+    log.info("wrote %s: %d judgements, %d invalid verdicts", out, len(js), n_invalid)
+    if n_invalid:
+        log.warning(
+            "%s: %d verdicts were unusable after a repair attempt; they are counted as invalid"
+            " and left out of the scores",
+            stage,
+            n_invalid,
+        )
+    finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
+    return len(js)

@@ -1,0 +1,78 @@
+"""`lfbench track <benchmark>`: re-log a benchmark's MLflow runs from the pipeline's outputs
+(e.g. after `dvc pull` on another machine), with nothing else changed.
+
+The stage commands of dvc.yaml are the one source of paths: the `<benchmark>-aggregate` stage's
+command is run again in this process with its metrics, summary and report sent to a scratch
+folder, and when an `<benchmark>-agreement` stage exists and its metrics file does, its rows are
+re-logged with the plot file the stage wrote.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.config import load_params, load_yaml
+from pipeline.core.errors import ConfigError
+from pipeline.core.io import read_json
+
+
+def stage_args(dvc_file: Path, stage: str) -> list[str] | None:
+    """The arguments after `lfbench run <verb>` of a dvc.yaml stage, or None if it has none."""
+    stages = (load_yaml(dvc_file) or {}).get("stages", {})
+    spec = stages.get(stage)
+    if spec is None:
+        return None
+    argv = shlex.split(str(spec.get("cmd", "")))
+    if argv[:2] != ["lfbench", "run"] or len(argv) < 3:
+        raise ConfigError(f"{dvc_file}: stage {stage} does not run `lfbench run ...`")
+    return argv[3:]
+
+
+def option(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def replaced(args: list[str], values: dict[str, str]) -> list[str]:
+    out = list(args)
+    for flag, value in values.items():
+        if flag in out:
+            out[out.index(flag) + 1] = value
+    return out
+
+
+def track(benchmark: str, params_path: Path, dvc_file: Path, root: Path) -> Any:
+    from pipeline.cli import stage as stage_group
+    from pipeline.core import registry
+    from pipeline.stages.agreement import log_runs
+    from pipeline.stages.common import context
+
+    bench = registry.get(benchmark)
+    args = stage_args(dvc_file, f"{benchmark}-aggregate")
+    if args is None:
+        raise ConfigError(f"{dvc_file} has no stage {benchmark}-aggregate")
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = {
+            f: str(Path(tmp) / f"{f[2:]}.out") for f in ("--metrics", "--summary", "--report")
+        }
+        stage_group.main(
+            args=["aggregate", *replaced(args, scratch), "--track", "--params", str(params_path)],
+            prog_name="lfbench stage",
+            standalone_mode=False,
+        )
+    agreement = stage_args(dvc_file, f"{benchmark}-agreement")
+    out = option(agreement or [], "--out")
+    labels = option(agreement or [], "--labels")
+    if bench.agreement is not None and out and labels and (root / out).exists():
+        plot = option(agreement or [], "--plot")
+        params = load_params(params_path, [benchmark])
+        log_runs(
+            bench,
+            context(bench, params, root),
+            read_json(root / out)["rows"],
+            root / labels,
+            root / plot if plot else None,
+            root,
+        )

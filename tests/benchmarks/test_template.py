@@ -1,0 +1,105 @@
+"""The `_template` benchmark's pure parts: its dataset, its verdict parser, its recall on a
+hand-computed case, and how a coverage judge's verdicts map onto its labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.benchmarks._template.benchmark import Template, answer_sentences, parse_verdict
+from pipeline.benchmarks._template.schema import examples, parse_items
+from pipeline.core.benchmark import Run
+from pipeline.core.errors import DataError
+from pipeline.core.parse import ParseError
+from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.judging.local import LocalVerdict
+from pipeline.stages.common import FileInputs
+
+BENCH = Template()
+
+
+def test_built_in_examples_and_a_jsonl_file(tmp_path: Path) -> None:
+    items = examples()
+    assert [i.item_id for i in items] == ["ex1", "ex2", "ex3"]
+    assert sum(len(i.facts) for i in items) == 8
+    p = tmp_path / "items.jsonl"
+    good = items[0].model_dump()
+    bad = {**good, "item_id": "x2", "facts": [{"fact_id": "f1", "text": ""}]}
+    p.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        parse_items(FileInputs(tmp_path).jsonl("items.jsonl"), "items.jsonl")
+    assert e.value.file == "items.jsonl:2" and e.value.item == "x2"
+    assert e.value.field == "facts[0].text"
+
+
+def test_verdict_parser() -> None:
+    assert parse_verdict('{"verdict": "Yes"}') == "yes"
+    assert parse_verdict('```json\n{"verdict": "[partial]"}\n```') == "partial"
+    with pytest.raises(ParseError, match="must be one of yes, partial, no"):
+        parse_verdict('{"verdict": "maybe"}')
+
+
+def _gen(item: str, status: str = "ok") -> Generation:
+    return Generation(
+        benchmark="_template",
+        item_id=item,
+        model="m",
+        system="m",
+        setting="documents",
+        status=status,  # type: ignore[arg-type]
+        text="An answer." if status == "ok" else None,
+    )
+
+
+def _judgement(gen: Generation, labels: dict[str, str]) -> Judgement:
+    verdicts = [
+        Verdict(target_id=f, label=lab, status="invalid" if lab == "INVALID" else "ok")
+        for f, lab in labels.items()
+    ]
+    return Judgement(
+        benchmark="_template",
+        generation_id=gen.generation_id,
+        item_id=gen.item_id,
+        model="m",
+        system="m",
+        setting="documents",
+        judge="j",
+        judge_prompt_sha="s",
+        status="ok",
+        verdicts=verdicts,
+    )
+
+
+def test_recall_by_hand() -> None:
+    """ex1: yes, partial, invalid -> (1 + 0.5) / 2 = 0.75 (the invalid fact left out and
+    counted); ex2: no judgement (a failed judgement); ex3: a failed generation. Recall over the
+    one scored item: 0.75."""
+    g1, g2, g3 = _gen("ex1"), _gen("ex2"), _gen("ex3", status="error")
+    j1 = _judgement(g1, {"f1": "yes", "f2": "partial", "f3": "INVALID"})
+    out = BENCH.aggregate(None, examples(), [Run("m", "j", [g1, g2, g3], [j1])])  # type: ignore[arg-type]
+    (row,) = out.metrics["rows"]
+    assert row["recall"] == 0.75 and row["n_scored"] == 1 and row["n_invalid"] == 1
+    assert row["n_failed_judgements"] == 1 and row["n_failed_generations"] == 1
+    assert row["n_items"] == 3 and row["n_facts"] == 8
+    assert out.summary == {"j": {"m/documents": 0.75}}
+    (run,) = out.runs
+    assert run.metrics["recall"] == 0.75 and run.model == "m" and run.judge == "j"
+    assert "| m | j | 0.750 | 3 | 1 | 1 | 2 |" in out.report
+
+
+def test_a_coverage_judge_sees_facts_against_answer_sentences() -> None:
+    item = examples()[0]
+    gen = _gen("ex1").model_copy(
+        update={"text": "- Water comes from Lake Orrin [1]. It is pumped."}
+    )
+    case = BENCH.coverage_case(item, gen)
+    assert [t for t, _ in case.targets] == ["f1", "f2", "f3"]
+    assert (
+        case.bullets
+        == answer_sentences(gen.text or "")
+        == ["Water comes from Lake Orrin.", "It is pumped."]
+    )
+    v = BENCH.coverage_verdict("f1", LocalVerdict("PARTIAL_COVERAGE", 1, (0.2, 0.5, 0.3)))
+    assert (v.label, v.link, v.raw) == ("partial", 1, "PARTIAL_COVERAGE")

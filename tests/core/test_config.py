@@ -1,0 +1,151 @@
+"""params.yaml validation: the core (runtime, models, judges), each benchmark's section by its
+own package, the providers a package defines, and partial loading for one benchmark's stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.benchmarks.long2rag.params import Long2ragLeadModel, OverlapJudge
+from pipeline.benchmarks.summhay.params import SummhayParams
+from pipeline.core.config import OwnedJudge, load_params, validate_params
+from pipeline.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_default_params_are_valid() -> None:
+    params = load_params(ROOT / "params.yaml")
+    sh = params.section("summhay", SummhayParams)
+    assert sh.models == ["published", "lead", "extractive"]
+    assert sh.judges == ["published-gpt-4o", "local"]
+    assert params.judges["local"].provider == "local"
+    assert sh.scoring.modes == ["paper"]
+    # the providers Long2RAG defines are validated by its own classes
+    assert isinstance(params.models["l2r-lead"], Long2ragLeadModel)
+    assert isinstance(params.judges["l2r-overlap"], OverlapJudge)
+
+
+def test_a_stage_validates_only_its_own_benchmark() -> None:
+    """A SummHay stage leaves the Long2RAG section and entries as written (its DVC deps do not
+    cover that package); asking for the section it did not load is an error."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    raw["long2rag"]["settings"] = ["rag_big"]  # invalid, but not this stage's business
+    raw["judges"]["l2r-overlap"]["full"] = 5.0
+    params = validate_params(raw, benchmarks=["summhay"])
+    assert params.section("summhay", SummhayParams).models[0] == "published"
+    assert type(params.judges["l2r-overlap"]) is OwnedJudge  # kept as written
+    with pytest.raises(ConfigError, match="long2rag section was not loaded"):
+        from pipeline.benchmarks.long2rag.params import Long2ragParams
+
+        params.section("long2rag", Long2ragParams)
+    with pytest.raises(ConfigError) as e:
+        validate_params(raw)  # all of it: both problems are the long2rag package's to find
+    assert "long2rag.settings" in str(e.value)
+
+
+def _params_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = """
+models:
+  published: {provider: published}
+judges:
+  published-gpt-4o: {provider: published}
+summhay:
+  models: [published]
+  judges: [published-gpt-4o]
+"""
+
+
+def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    path = _params_file(tmp_path, BASE + "runtime: local\nruntime: docker\n")
+    with pytest.raises(ConfigError, match="duplicate key 'runtime'"):
+        load_params(path)
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    path = _params_file(
+        tmp_path, BASE.replace("models: [published]", "models: [published]\n  modles: [x]")
+    )
+    with pytest.raises(ConfigError, match=r"summhay\.modles: Extra inputs"):
+        load_params(path)
+
+
+def test_unknown_section_is_not_a_benchmark(tmp_path: Path) -> None:
+    path = _params_file(tmp_path, BASE + "summhya: {models: [x], judges: [y]}\n")
+    with pytest.raises(ConfigError, match="unknown section 'summhya': not a benchmark"):
+        load_params(path)
+
+
+def test_unknown_and_foreign_providers(tmp_path: Path) -> None:
+    text = BASE.replace("  published: {provider: published}", "  x: {provider: openia}")
+    with pytest.raises(ConfigError, match=r"models\.x.*unknown model provider"):
+        load_params(_params_file(tmp_path, text))
+    # a provider a benchmark package defines, named in another benchmark's list
+    text = BASE.replace(
+        "  published: {provider: published}",
+        "  published: {provider: published}\n  lead: {provider: long2rag-lead}",
+    ).replace("models: [published]", "models: [published, lead]")
+    with pytest.raises(
+        ConfigError, match="provider long2rag-lead, which belongs to benchmark long2rag"
+    ):
+        load_params(_params_file(tmp_path, text), ["summhay"])
+    # a provider name of a benchmark that does not define it
+    text = (
+        BASE.replace(
+            "  published: {provider: published}",
+            "  published: {provider: published}\n  odd: {provider: long2rag-odd}",
+        )
+        + "long2rag: {models: [odd], judges: [published-gpt-4o]}\n"
+    )
+    with pytest.raises(ConfigError, match="benchmark long2rag defines no provider 'long2rag-odd'"):
+        load_params(_params_file(tmp_path, text), ["long2rag"])
+
+
+def test_undefined_model_in_run_list(tmp_path: Path) -> None:
+    path = _params_file(tmp_path, BASE.replace("models: [published]", "models: [ghost]"))
+    with pytest.raises(ConfigError, match="'ghost', which is not defined under models"):
+        load_params(path)
+
+
+def test_bad_mode_and_haystack(tmp_path: Path) -> None:
+    text = BASE + "  scoring: {modes: [fancy]}\n  haystacks: [news9]\n"
+    with pytest.raises(ConfigError) as info:
+        load_params(_params_file(tmp_path, text))
+    assert "summhay.scoring.modes[0]: Input should be 'paper' or 'corrected'" in str(info.value)
+
+
+def test_a_model_setting_is_checked_by_its_benchmark(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "  published: {provider: published}",
+        "  published: {provider: published}\n"
+        "  q: {provider: openai, base_url: 'http://x/v1', model: m, settings: [orcale]}",
+    ).replace("models: [published]", "models: [published, q]")
+    with pytest.raises(
+        ConfigError, match=r"summhay: models\.q\.settings: unknown setting 'orcale'"
+    ):
+        load_params(_params_file(tmp_path, text))
+
+
+def test_a_published_entry_replays_one_benchmark(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "{provider: published}\njudges", "{provider: published, benchmark: crux}\njudges"
+    )
+    with pytest.raises(ConfigError, match="'published' replays crux outputs, not summhay's"):
+        load_params(_params_file(tmp_path, text))
+
+
+def test_model_name_must_be_a_safe_stage_name(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "  published: {provider: published}",
+        "  published: {provider: published}\n  'my model': {provider: published}",
+    )
+    with pytest.raises(ConfigError, match="'my model' must match"):
+        load_params(_params_file(tmp_path, text))

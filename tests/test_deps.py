@@ -1,0 +1,63 @@
+"""Code dependencies that cannot go stale: for every stage of dvc.yaml, the import closure of the
+code it runs must lie under the stage's deps (pipeline/deps.py, also run by `lfbench check`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pipeline import deps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rel(files: set[Path]) -> set[str]:
+    return {str(f.relative_to(ROOT)) for f in files}
+
+
+def test_every_stage_of_dvc_yaml_depends_on_the_code_it_runs() -> None:
+    checked = deps.check(ROOT)
+    stages = {c.stage for c in checked}
+    assert {
+        "summhay-construct",
+        "summhay-judge",
+        "local-judge-train",
+        "long2rag-aggregate",
+    } <= stages
+    assert {c.stage: c.uncovered for c in checked if c.uncovered} == {}
+
+
+def test_a_missing_folder_is_found(tmp_path: Path) -> None:
+    """Remove the stage layer from one stage's deps: the check names that stage and the files."""
+    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    deps_list = doc["stages"]["summhay-judge"]["deps"]
+    deps_list.remove("pipeline/stages")
+    broken = tmp_path / "dvc.yaml"
+    broken.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    bad = {c.stage: c.uncovered for c in deps.check(ROOT, broken) if c.uncovered}
+    assert list(bad) == ["summhay-judge"]
+    assert "pipeline/stages/judge.py" in bad["summhay-judge"]
+    assert all(f.startswith("pipeline/stages/") for f in bad["summhay-judge"])
+
+
+def test_the_closure_follows_function_level_imports_and_stays_in_its_benchmark() -> None:
+    (judge,) = [c for c in deps.check(ROOT) if c.stage == "summhay-judge"]
+    files = rel(judge.files)
+    # imported inside functions: the local judge (stages/judge.py) and the dense retriever
+    assert {"pipeline/judging/local.py", "pipeline/retrieval/dense.py"} <= files
+    # the stage loads one benchmark: no other package is in its code, nor in its deps
+    assert not any(f.startswith("pipeline/benchmarks/long2rag") for f in files)
+    assert "pipeline/benchmarks/long2rag" not in judge.deps
+    # cli.py's function-level imports serve other commands (report, compare, ui)
+    assert "pipeline/report.py" not in files and "pipeline/compare.py" not in files
+    # the generate stage does not run the judges
+    (gen,) = [c for c in deps.check(ROOT) if c.stage == "summhay-generate"]
+    assert not any(f.startswith("pipeline/judging/") for f in rel(gen.files))
+
+
+def test_suggest_gives_folder_level_deps() -> None:
+    (judge,) = [c for c in deps.check(ROOT) if c.stage == "long2rag-judge"]
+    suggested = deps.suggest(ROOT, judge.files)
+    assert "pipeline/benchmarks/long2rag" in suggested and "pipeline/stages" in suggested
+    assert all(s in judge.deps for s in suggested)
