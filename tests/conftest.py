@@ -164,6 +164,37 @@ def project(tmp_path: Path, mirror: Path) -> Path:
     return dest
 
 
+def slice_crux(
+    params: dict[str, Any],
+    haystacks: tuple[str, ...] = ("news1",),
+    subtopics: int = 2,
+    judges: tuple[str, ...] = ("crux-labels",),
+    answers: list[str] | None = None,
+) -> None:
+    """Shrink CRUX to a few queries judged by its no-model labels, and keep the entries it needs
+    (`answers`: the SummHay judgements files its contexts are compared with; None: none)."""
+    builtin = yaml_default()
+    params["models"].setdefault("crux-contexts", builtin["models"]["crux-contexts"])
+    params["judges"].setdefault("crux-labels", builtin["judges"]["crux-labels"])
+    crux = params["crux"]
+    crux["derived"].update(haystacks=list(haystacks), subtopics=subtopics)
+    crux["models"] = ["crux-contexts"]
+    crux["judges"] = list(judges)
+    crux["scoring"]["bootstrap_resamples"] = 50
+    if answers is None:
+        crux["answers"]["generations"] = None
+    else:
+        crux["answers"]["judgements"] = answers
+
+
+def yaml_default() -> dict[str, Any]:
+    """The shipped params.yaml."""
+    import yaml
+
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    return loaded
+
+
 def keep_builtin_entries(
     params: dict[str, Any], haystack: str = "news1"
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -172,8 +203,8 @@ def keep_builtin_entries(
     The Long2RAG stages score the models and judges that long2rag.models/judges name (by default
     the no-model baselines, the local and the overlap judge), and the local judge's training stage
     is always in the DAG. This keeps those entries, shrinks Long2RAG to one subtopic of one
-    haystack and the local judge's training to that haystack. Returns (models, judges) to merge
-    into the test's own.
+    haystack, CRUX to two queries judged by its labels, and the local judge's training to that
+    haystack. Returns (models, judges) to merge into the test's own.
     """
     models = {k: params["models"][k] for k in params["long2rag"]["models"]}
     judges = {k: params["judges"][k] for k in params["long2rag"]["judges"]}
@@ -181,4 +212,7 @@ def keep_builtin_entries(
     local["train"]["haystacks"] = [haystack]
     judges["local"] = local
     params["long2rag"]["derived"].update(haystacks=[haystack], subtopics=1)
+    slice_crux(params, (haystack,))
+    models["crux-contexts"] = params["models"]["crux-contexts"]
+    judges["crux-labels"] = params["judges"]["crux-labels"]
     return models, judges

@@ -71,6 +71,12 @@ class Inputs(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def text(self, path: str) -> str: ...
+
+    def glob(self, folder: str, pattern: str) -> list[str]:
+        """The files of a folder that match a glob pattern, sorted (as paths like `folder`)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Context(Generic[P]):
@@ -243,12 +249,16 @@ def judge_task(
     parse_one: Callable[[str], Parser],
     every: Callable[[], str] | None = None,
     parse_every: Parser | None = None,
+    *,
+    key: Callable[[str], str] | None = None,
 ) -> JudgeTask:
     """The asks that judge one output: one per reference unit (`per_insight` mode: request key
     `<generation id>#<unit>`, content `one(unit)`, parser `parse_one(unit)`), or one for all of
     them (`batched`, when the benchmark has a batched prompt: key `<generation id>`, content
-    `every()`, parser `parse_every`)."""
+    `every()`, parser `parse_every`). `key(unit)` names a unit's request when it does not depend
+    on the output (the judge loop then sends a key once, however many outputs share it)."""
     gid = generation.generation_id
+    unit_key = key or (lambda u: f"{gid}#{u}")
 
     def request(key: str, content: str) -> ChatRequest:
         messages = [{"role": "user", "content": content}]
@@ -260,7 +270,7 @@ def judge_task(
         )
     else:
         asks = tuple(
-            Ask(request(f"{gid}#{u}", one(u)), parse_one(u), (u,), prompts.repair) for u in units
+            Ask(request(unit_key(u), one(u)), parse_one(u), (u,), prompts.repair) for u in units
         )
     return JudgeTask(generation, tuple(units), asks, prompts.sha)
 
@@ -336,12 +346,14 @@ class RunRow:
 @dataclass(frozen=True)
 class Aggregated:
     """A benchmark's results: the metrics file (`{"rows": [...], ...}`), its summary for `dvc
-    metrics diff`, the report (markdown) and one MLflow run per row."""
+    metrics diff`, the report (markdown), one MLflow run per row, and the report's figures
+    (file name -> PNG, written beside the report; the report links them by name)."""
 
     metrics: dict[str, Any]
     summary: dict[str, Any]
     report: str
     runs: list[RunRow]
+    figures: Mapping[str, bytes] = field(default_factory=dict)  # PNG files beside the report
 
 
 @dataclass(frozen=True)
@@ -515,8 +527,12 @@ class Benchmark(ABC, Generic[P, D, I]):
         """The asks that judge one generation (`judge_task` below builds them)."""
 
     @abstractmethod
-    def coverage_case(self, item: I, generation: Generation) -> CoverageCase:
-        """What a coverage judge (the local judge, or `coverage_judge`) looks at."""
+    def coverage_cases(
+        self, ctx: Context[P], item: I, generation: Generation
+    ) -> list[CoverageCase]:
+        """What a coverage judge (the local judge, or `coverage_judge`) looks at: usually one
+        case (the reference units against the output's bullets); several when units must be
+        judged against parts of the output apart (their target ids unique across the cases)."""
 
     @abstractmethod
     def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:

@@ -47,6 +47,14 @@ def string_list(text: str | None, key: str) -> list[str]:
     return [x.strip() for x in items if x.strip()]
 
 
+def text_field(text: str | None, key: str) -> str:
+    """`{"<key>": "<a non-empty text>"}`, stripped."""
+    value = load_object(text).get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ParseError(f'"{key}" must be a non-empty string, got {json.dumps(value)}')
+    return value.strip()
+
+
 def unit_score(text: str | None, key: str = "score") -> float:
     """`{"<key>": <a number in [0, 1]>}`."""
     obj = load_object(text)

@@ -76,11 +76,18 @@ def ask_all(
     label: str,
 ) -> tuple[list[Answer], UsageReport]:
     """Send the asks, parse, repair once where `repair` is on and the ask has a repair prompt;
-    one `Answer` per ask, in order, and the usage of every request sent."""
-    answers = [Answer(a) for a in asks]
+    one `Answer` per ask, in order, and the usage of every request sent. Asks that share a
+    request key are sent once: the first carries the calls and tokens, the others its values."""
+    first: dict[str, Ask] = {}
+    for a in asks:
+        seen = first.setdefault(a.request.key, a)
+        if seen is not a and (seen.request != a.request or seen.targets != a.targets):
+            raise ValueError(f"two different requests under one key {a.request.key!r}")
+    unique = list(first.values())
+    answers = [Answer(a) for a in unique]
     results, report = run_chat_sync(
         endpoint,
-        [a.request for a in asks],
+        [a.request for a in unique],
         cache_path=cache_path,
         journal_path=journal_path,
         label=label,
@@ -109,4 +116,12 @@ def ask_all(
         for (answer, bad, _), result in zip(pending, results2, strict=True):
             still = _absorb(answer, result, list(bad))
             _invalidate(answer, still, result.text)
-    return answers, report
+    by_key = {a.ask.request.key: a for a in answers}
+    out = []
+    for a in asks:
+        done = by_key[a.request.key]
+        if done.ask is a:
+            out.append(done)
+        else:  # a shared request: its values, not its cost
+            out.append(Answer(a, dict(done.values), dict(done.invalid), list(done.errors)))
+    return out, report

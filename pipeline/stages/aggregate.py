@@ -18,7 +18,13 @@ from pathlib import Path
 
 from pipeline.core.benchmark import AnyBenchmark, RunRow
 from pipeline.core.config import Params
-from pipeline.core.io import atomic_write_text, file_digest, read_json, write_json
+from pipeline.core.io import (
+    atomic_write_bytes,
+    atomic_write_text,
+    file_digest,
+    read_json,
+    write_json,
+)
 from pipeline.stages.common import (
     collect_usage,
     common_tags,
@@ -102,6 +108,8 @@ def aggregate(
     write_json(metrics_path, result.metrics)
     write_json(summary_path, result.summary)
     atomic_write_text(report_path, result.report)
+    for name, data in result.figures.items():
+        atomic_write_bytes(report_path.parent / name, data)
     log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
     if track:
         usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)

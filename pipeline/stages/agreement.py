@@ -84,7 +84,7 @@ def judge_labelled(
             )
         else:
             cj = coverage_judge(bench, name, spec, root)
-            js = coverage_judgements(bench, name, cj, items, gens)
+            js = coverage_judgements(bench, ctx, name, cj, items, gens)
             judged[name] = ag.labels(labelled, js)
             info[name] = JudgeInfo("judged by lfbench", spec.provider, cj.sha)
     return judged, info

@@ -91,6 +91,18 @@ class FileInputs:
                 f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=path
             ) from e
 
+    def text(self, path: str) -> str:
+        p = self._path(path)
+        if not p.is_file():
+            raise DataError("file not found", file=path)
+        return p.read_text(encoding="utf-8")
+
+    def glob(self, folder: str, pattern: str) -> list[str]:
+        p = self._path(folder)
+        if not p.is_dir():
+            raise DataError("folder not found", file=folder)
+        return sorted(str(Path(folder) / f.name) for f in p.glob(pattern) if f.is_file())
+
     def jsonl(self, path: str) -> list[tuple[str, Any]]:
         p = self._path(path)
         if not p.exists():

@@ -5,7 +5,9 @@
 - a coverage judge: the local judge (its trained model file) or a no-model judge the benchmark
   defines, on the benchmark's view of each output (`coverage_case`);
 - a replayed release (`published`): the benchmark's released judgements, for released outputs
-  only (for any other model the stage writes no judgements and the aggregate skips the pair).
+  only (for any other model the stage writes no judgements and the aggregate skips the pair);
+- a no-model judge the benchmark defines that is not a coverage judge (e.g. CRUX's `labels`):
+  the benchmark's `offline_judgements`.
 
 Outputs whose generation failed are not judged (the aggregate counts them).
 """
@@ -148,21 +150,34 @@ def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path)
 
 def coverage_judgements(
     bench: AnyBenchmark,
+    ctx: Context[Any],
     judge: str,
     cj: CoverageJudge,
     items: Mapping[str, Any],
     gens: Sequence[Generation],
 ) -> list[Judgement]:
-    """A coverage judge's judgements of `gens` (ok generations of known items)."""
-    cases = [bench.coverage_case(items[g.item_id], g) for g in gens]
-    verdicts = cj.judge_many([([t for _, t in c.targets], c.bullets) for c in cases])
-    if len(verdicts) != len(cases):
-        raise ValueError(f"judge {judge} answered {len(verdicts)} cases for {len(cases)}")
-    out = []
-    for g, case, vs in zip(gens, cases, verdicts, strict=True):
-        if len(vs) != len(case.targets):
-            raise ValueError(f"judge {judge} gave {len(vs)} verdicts for {len(case.targets)} units")
-        row = [bench.coverage_verdict(tid, v) for (tid, _), v in zip(case.targets, vs, strict=True)]
+    """A coverage judge's judgements of `gens` (ok generations of known items). A case that
+    several outputs share (the same units against the same bullets) is judged once."""
+    per_gen = [bench.coverage_cases(ctx, items[g.item_id], g) for g in gens]
+    cases = [c for cs in per_gen for c in cs]
+    texts = [(tuple(t for _, t in c.targets), tuple(c.bullets)) for c in cases]
+    unique = list(dict.fromkeys(texts))
+    answered = cj.judge_many(unique)
+    if len(answered) != len(unique):
+        raise ValueError(f"judge {judge} answered {len(answered)} cases for {len(unique)}")
+    by_case = dict(zip(unique, answered, strict=True))
+    verdicts = [by_case[t] for t in texts]
+    out, k = [], 0
+    for g, cs in zip(gens, per_gen, strict=True):
+        row = []
+        for case, vs in zip(cs, verdicts[k : k + len(cs)], strict=True):
+            if len(vs) != len(case.targets):
+                n = len(case.targets)
+                raise ValueError(f"judge {judge} gave {len(vs)} verdicts for {n} units")
+            row += [
+                bench.coverage_verdict(t, v) for (t, _), v in zip(case.targets, vs, strict=True)
+            ]
+        k += len(cs)
         status = "invalid" if any(v.status == "invalid" for v in row) else "ok"
         out.append(judgement(bench.name, g, judge, cj.sha, status, row))
     embedder = getattr(cj, "embedder", None)
@@ -232,11 +247,14 @@ def judge(
         todo = judgeable(items, gens, str(generations_path))
         if isinstance(spec, OpenAIJudge):
             js, report = llm_judgements(bench, ctx, judge_name, spec, items, todo, stage, root)
+        elif not isinstance(spec, LocalJudge) and bench.coverage_judge(spec) is None:
+            # a judge the benchmark defines that needs no model (e.g. CRUX's labels)
+            js = bench.offline_judgements(ctx, judge_name, spec, dataset, todo)
+            report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})
         else:
             started = time.perf_counter()
-            js = coverage_judgements(
-                bench, judge_name, coverage_judge(bench, judge_name, spec, root), items, todo
-            )
+            cj = coverage_judge(bench, judge_name, spec, root)
+            js = coverage_judgements(bench, ctx, judge_name, cj, items, todo)
             # The usage file is a DVC output: a stage that calls no model records its counts
             # only, so a re-run anywhere writes the same bytes; its time is in the log.
             report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})

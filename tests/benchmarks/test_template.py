@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,7 +95,8 @@ def test_a_coverage_judge_sees_facts_against_answer_sentences() -> None:
     gen = _gen("ex1").model_copy(
         update={"text": "- Water comes from Lake Orrin [1]. It is pumped."}
     )
-    case = BENCH.coverage_case(item, gen)
+    no_ctx: Any = None  # the template's coverage cases do not read the context
+    (case,) = BENCH.coverage_cases(no_ctx, item, gen)
     assert [t for t, _ in case.targets] == ["f1", "f2", "f3"]
     assert (
         case.bullets

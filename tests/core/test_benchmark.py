@@ -72,7 +72,9 @@ def test_registry_finds_every_package_and_loads_only_what_is_asked() -> None:
     assert "_template" not in registry.names()
     bench = registry.get("summhay")
     assert bench.name == "summhay" and isinstance(bench, Benchmark)
-    with pytest.raises(ConfigError, match="unknown benchmark 'nope'; known: long2rag, summhay"):
+    with pytest.raises(
+        ConfigError, match="unknown benchmark 'nope'; known: crux, long2rag, summhay"
+    ):
         registry.get("nope")
 
 

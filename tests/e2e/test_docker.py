@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pipeline import containers
-from tests.conftest import ROOT, run
+from tests.conftest import ROOT, run, slice_crux
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -84,6 +84,7 @@ def _params(proj: Path, runtime: str) -> None:
     params["judges"]["local"]["train"]["haystacks"] = ["news1"]
     params["long2rag"]["models"] = ["lead"]
     params["long2rag"]["judges"] = ["local"]
+    slice_crux(params, judges=("crux-labels", "local"))
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     run(["git", "add", "-A"], proj)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", runtime], proj)
@@ -117,6 +118,9 @@ def test_docker_and_local_runs_give_identical_metrics(
         "models/local-judge/model.json",
         "metrics/long2rag.json",
         "reports/long2rag.md",
+        "metrics/crux.json",
+        "reports/crux.md",
+        "reports/crux.png",
     ):
         assert (project / rel).read_bytes() == (local / rel).read_bytes(), rel
 

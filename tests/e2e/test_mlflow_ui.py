@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT, run, tracked_files
+from tests.conftest import BIN, ROOT, run, slice_crux, tracked_files
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +66,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["runtime"] = "local"
     params["models"]["published"]["systems"] = ["gpt-4o", "gemini-1.5-pro"]
+    slice_crux(params)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(["git", "init", "-q"], project)
     run(["git", "add", "-A"], project)

@@ -16,14 +16,14 @@ import pytest
 import yaml
 
 from pipeline.core.lineage import stage_md5
-from tests.conftest import run
+from tests.conftest import run, slice_crux
 
 pytestmark = pytest.mark.slow
 
 SLICE = {
     "haystacks": ["news1"],
     "systems": ["gpt-4o", "claude3-opus"],
-    "settings": ["oracle", "full"],
+    "settings": ["oracle", "random", "full"],  # oracle and random: two retrievers for CRUX
 }
 
 
@@ -47,6 +47,12 @@ def _slice(params: dict[str, Any]) -> None:
     params["long2rag"]["models"] = ["l2r-lead"]  # the no-model lead and lexical judge: fast
     params["long2rag"]["judges"] = ["l2r-overlap"]
     params["judges"]["local"]["train"]["haystacks"] = ["news1"]  # a small, real training run
+    # CRUX on three queries of news1, its contexts against the released summaries' coverage
+    slice_crux(
+        params,
+        subtopics=3,
+        answers=["judgements/summhay/published/published-gpt-4o.jsonl"],
+    )
 
 
 def _commit(proj: Path, msg: str) -> None:
@@ -97,12 +103,16 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
         "long2rag-generate@l2r-lead",
         "long2rag-judge@l2r-lead-l2r-overlap",
         "long2rag-aggregate",
+        "crux-construct",
+        "crux-generate@crux-contexts",
+        "crux-judge@crux-contexts-crux-labels",
+        "crux-aggregate",
     }
     l2r = json.loads((proj / "metrics" / "long2rag.json").read_text())["rows"]
     assert {r["setting"] for r in l2r} == {"long_context", "rag_512"}
     assert all(r["n_questions"] + r["n_excluded_questions"] == 3 for r in l2r)
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
-    assert len(rows) == 4
+    assert len(rows) == 6
     assert {(r["system"], r["setting"]) for r in rows} == {
         (s, t) for s in SLICE["systems"] for t in SLICE["settings"]
     }
@@ -118,11 +128,55 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
     report = (proj / "reports" / "summhay.md").read_text()
     assert "| gpt-4o |" in report and "Table 2 layout" in report
 
+    _check_crux(proj)
+
     status = run(["dvc", "status"], proj).stdout
     assert "Data and pipelines are up to date" in status
     again = run(["dvc", "repro"], proj)
     assert _ran(again.stdout) == []
     assert "Data and pipelines are up to date" in again.stdout
+
+
+def _check_crux(proj: Path) -> None:
+    """CRUX on three queries of news1: labels rows for every retriever and cut-off, the Z*
+    reference at 100, taus against the released summaries, MLflow runs with their lineage."""
+    crux = json.loads((proj / "metrics" / "crux.json").read_text())
+    rows = crux["rows"]
+    assert crux["source"] == "derived:summhay"
+    assert {r["domain"] for r in rows} == {"news"} and {r["judge"] for r in rows} == {"crux-labels"}
+    assert {r["retriever"] for r in rows} == {
+        "zstar", "oracle", "random", "vector", "longembed", "keywords", "rerank3", "bm25"
+    }  # fmt: skip
+    assert {r["cutoff"] for r in rows} == {"zstar", "5", "10", "20", "budget"}
+    for r in rows:
+        assert r["n_queries"] + r["n_excluded"] == 3 and r["n_invalid"] == r["n_unjudged"] == 0
+        assert 0 <= r["coverage"] <= 100 and 0 <= r["alpha_ndcg"] <= 100
+    ref = next(r for r in rows if (r["retriever"], r["cutoff"]) == ("zstar", "zstar"))
+    assert (ref["coverage"], ref["density"]) == (100.0, 100.0)
+    taus = {(t["metric"], t["target"], t["level"]): t for t in crux["tau"]}
+    t = taus[("coverage", "cov_y", "pipelines")]
+    assert (t["n_points"], t["n_queries"], t["answer_judge"]) == (4, 3, "published-gpt-4o")
+    assert taus[("coverage", "cov_y", "retrievers")]["n_points"] == 2
+    assert ("coverage", "joint", "pipelines") in taus
+    assert (proj / "reports" / "crux.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![contexts against answers](crux.png)" in (proj / "reports" / "crux.md").read_text()
+    client = _client(proj)
+    exp = client.get_experiment_by_name("crux")
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string="tags.`lfbench.current` = 'true'", max_results=1000
+    )
+    assert len(runs) == len(rows) + 1  # one tau run: news, labels contexts, GPT-4o answers
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    for mrun in runs:
+        tags = mrun.data.tags
+        assert tags["dataset.digest"] == _md5(proj / "datasets" / "crux.jsonl")
+        assert tags["dvc.stage"] == "crux-judge@crux-contexts-crux-labels"
+        assert tags["dvc.stage_md5"] == stage_md5(lock[tags["dvc.stage"]])
+        assert tags["dvc.construct_stage_md5"] == stage_md5(lock["crux-construct"])
+        if tags.get("analysis") != "tau":
+            key = (tags["retriever"], tags["cutoff"])
+            row = next(r for r in rows if (r["retriever"], r["cutoff"]) == key)
+            assert mrun.data.metrics["coverage"] == pytest.approx(row["coverage"])
 
 
 def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
@@ -140,7 +194,7 @@ def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
     agreement = json.loads((proj / "metrics" / "agreement.json").read_text())["rows"]
     [human] = [r for r in agreement if r["judge"] == "published-gpt-4o"]
     runs = _runs(proj)
-    assert len(runs) == 4
+    assert len(runs) == 6
     client = _client(proj)
     for mrun in runs:
         tags, metrics = mrun.data.tags, mrun.data.metrics
@@ -221,16 +275,17 @@ def test_rerunning_aggregate_does_not_duplicate_runs(repro: tuple[Path, str]) ->
     proj, _ = repro
     before = {r.info.run_id for r in _runs(proj, current_only=False)}
     forced = run(["dvc", "repro", "-f", "summhay-aggregate"], proj)
-    assert "mlflow summhay: 0 runs created, 4 unchanged" in forced.stderr
+    assert "mlflow summhay: 0 runs created, 6 unchanged" in forced.stderr
     assert {r.info.run_id for r in _runs(proj, current_only=False)} == before
 
     # A changed result gets a new run; the old one is kept but no longer current.
     _edit_params(proj, lambda p: p["summhay"]["scoring"].update(partial_credit=25))
     changed = run(["dvc", "repro"], proj)
-    assert _ran(changed.stdout) == ["summhay-aggregate"]
+    # CRUX compares its contexts with SummHay's Joint: its aggregate follows
+    assert _ran(changed.stdout) == ["summhay-aggregate", "crux-aggregate"]
     current = _runs(proj)
-    assert len(current) == 4 and not ({r.info.run_id for r in current} & before)
-    assert len(_runs(proj, current_only=False)) == 8
+    assert len(current) == 6 and not ({r.info.run_id for r in current} & before)
+    assert len(_runs(proj, current_only=False)) == 12
 
 
 def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
@@ -254,9 +309,10 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
         "summhay-construct",
         "summhay-generate@gemini-oracle",
         "summhay-judge@gemini-oracle-published-gpt-4o",
+        "crux-aggregate",  # it reads SummHay's generations and judgements
     ]
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
-    assert len(rows) == 5
+    assert len(rows) == 7
     [new] = [r for r in rows if r["model"] == "gemini-oracle"]
     assert (new["system"], new["setting"]) == ("gemini-1.5-pro", "oracle")
 
@@ -314,5 +370,5 @@ def test_colleague_pulls_and_gets_the_same_numbers_without_rerunning(
         assert (colleague / rel).read_bytes() == (proj / rel).read_bytes()
     # Their MLflow store is filled from the pulled outputs, no stage re-run.
     tracked = run(["lfbench", "track", "summhay"], colleague)
-    assert "mlflow summhay: 4 runs created" in tracked.stderr
-    assert len(_runs(colleague)) == 4
+    assert "mlflow summhay: 6 runs created" in tracked.stderr
+    assert len(_runs(colleague)) == 6

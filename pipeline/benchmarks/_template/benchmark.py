@@ -170,10 +170,12 @@ class Template(Benchmark[TemplateParams, Item, Item]):
     def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
         return fact_task(generation, item, prompts)
 
-    def coverage_case(self, item: Item, generation: Generation) -> CoverageCase:
-        return CoverageCase(
-            [(f.fact_id, f.text) for f in item.facts], answer_sentences(generation.text or "")
-        )
+    def coverage_cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[CoverageCase]:
+        return [
+            CoverageCase(
+                [(f.fact_id, f.text) for f in item.facts], answer_sentences(generation.text or "")
+            )
+        ]
 
     def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
         if verdict.label not in FROM_COVERAGE:

@@ -143,11 +143,15 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     ) -> JudgeTask:
         return judging.judge_task(generation, item, prompts)
 
-    def coverage_case(self, item: Question, generation: Generation) -> CoverageCase:
-        return CoverageCase(
-            [(k.kp_id, k.text) for k in item.key_points],
-            judging.answer_units(generation.text or ""),
-        )
+    def coverage_cases(
+        self, ctx: Ctx, item: Question, generation: Generation
+    ) -> list[CoverageCase]:
+        return [
+            CoverageCase(
+                [(k.kp_id, k.text) for k in item.key_points],
+                judging.answer_units(generation.text or ""),
+            )
+        ]
 
     def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
         return judging.entailment_verdict(target, verdict)

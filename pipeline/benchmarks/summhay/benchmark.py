@@ -158,10 +158,15 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     ) -> JudgeTask:
         return judging.judge_task(generation, item, prompts)
 
-    def coverage_case(self, item: Subtopic, generation: Generation) -> CoverageCase:
-        return CoverageCase(
-            [(i.insight_id, i.text) for i in item.insights], extract_bullets(generation.text or "")
-        )
+    def coverage_cases(
+        self, ctx: Ctx, item: Subtopic, generation: Generation
+    ) -> list[CoverageCase]:
+        return [
+            CoverageCase(
+                [(i.insight_id, i.text) for i in item.insights],
+                extract_bullets(generation.text or ""),
+            )
+        ]
 
     def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
         return Verdict(

@@ -22,6 +22,7 @@ from pipeline.stages.common import FileInputs
 from pipeline.stages.judge import coverage_judgements
 
 FILES = FileInputs(Path("/"))
+NO_CTX: Any = None
 
 
 def load_questions(path: Path, n_documents: int | None = 5) -> list[Question]:
@@ -202,7 +203,8 @@ def _judged(judge: Any, kps: list[tuple[str, str]], answer: str) -> Judgement:
         status="ok",
         text=answer,
     )
-    (j,) = coverage_judgements(registry.get("long2rag"), "kw", judge, {"q": q}, [gen])
+    # Long2RAG's coverage cases do not read the context
+    (j,) = coverage_judgements(registry.get("long2rag"), NO_CTX, "kw", judge, {"q": q}, [gen])
     return j
 
 

@@ -1,0 +1,262 @@
+"""CRUX (context coverage and density) on the benchmark contract.
+
+- construct: the dataset (schema.py). Default (`crux.source: summhay`): DERIVED from the SummHay
+  haystacks, no model (derived.py). Or a folder in CRUX's released layout (layout.py). Or a JSONL
+  file of your documents and reference answers, built with an LLM (construction.py).
+- generate: no model. A "generation" is a retrieval context: one retriever's ranking of a
+  query's passages (contexts.py), deep enough for every cut-off.
+- judge: a 0-5 rating of each (passage of a context, sub-question) pair: the dataset's labels,
+  an LLM with the project's prompt, or the local judge adapted to answerability (judging.py).
+- aggregate: Coverage, alpha-nDCG and Density per (domain, retriever, cut-off, judge); each
+  judge's agreement with the labels; Kendall tau between the context metrics and the final
+  answers' coverage, the paper's Table 1 bottom row (aggregate.py, report.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.benchmarks.crux import construction, contexts, derived, judging, layout
+from pipeline.benchmarks.crux.aggregate import (
+    Answers,
+    answer_scores,
+    context_rows,
+    label_agreement,
+    run_rows,
+    summary,
+    tau_rows,
+    tau_run_rows,
+    views,
+)
+from pipeline.benchmarks.crux.params import ContextsModel, CruxParams, LabelsJudge
+from pipeline.benchmarks.crux.report import figures, render, report_section
+from pipeline.benchmarks.crux.schema import Collection, QueryView
+from pipeline.core.benchmark import (
+    Aggregated,
+    Asker,
+    Benchmark,
+    Constructed,
+    Context,
+    CoverageCase,
+    CoverageVerdictLike,
+    JudgePrompts,
+    JudgeTask,
+    Planned,
+    ReportSection,
+    Run,
+)
+from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.records import Generation, Judgement, Verdict, validate_lines
+
+DERIVED = "summhay"
+Ctx = Context[CruxParams]
+
+
+def _counts(dataset: Sequence[Collection]) -> str:
+    qs = [q for c in dataset for q in c.queries]
+    return (
+        f"{len(dataset)} collections, {sum(len(c.passages) for c in dataset)} passages,"
+        f" {len(qs)} queries, {sum(len(q.subquestions) for q in qs)} answerable sub-questions"
+        f" ({sum(len(q.dropped) for q in qs)} that no passage answers dropped;"
+        f" {sum(1 for q in qs if not q.subquestions)} queries left with none, excluded)"
+    )
+
+
+class Crux(Benchmark[CruxParams, Collection, QueryView]):
+    name = "crux"
+    title = "CRUX"
+    version = "1"
+    params_model = CruxParams
+    record = Collection
+    model_providers = frozenset()
+    judge_providers = frozenset({"openai", "local"})
+    model_specs = (ContextsModel,)
+    judge_specs = (LabelsJudge,)
+    judge_prompts = ("rate", None, "repair")
+
+    def check_params(self, section: CruxParams, params: Params) -> None:
+        llm = section.construction.llm
+        if llm is not None and not isinstance(params.judges.get(llm), OpenAIJudge):
+            raise ValueError(
+                f"crux.construction.llm names {llm!r}, which is not an openai judges entry"
+            )
+
+    # ---- construct
+
+    def construction_llm(self, section: CruxParams) -> str | None:
+        return section.construction.llm if section.source.endswith(".jsonl") else None
+
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Collection]:
+        from pipeline.retrieval.tokens import count_tokens
+
+        cx = ctx.section
+        eta = cx.scoring.eta
+        if cx.source == DERIVED:
+            d = cx.derived
+            out = derived.derive(ctx.inputs, ctx.data_dir, d.haystacks, d.subtopics, eta)
+            return Constructed(out, summary=f"{_counts(out)}; DERIVED from SummHay")
+        if not cx.source.endswith(".jsonl"):
+            domain = cx.domain or cx.source.rstrip("/").rsplit("/", 1)[-1]
+            col = layout.read(ctx.inputs, cx.source, eta, domain, count_tokens)
+            return Constructed([col], summary=f"{_counts([col])}; CRUX layout {cx.source}")
+        srcs = construction.sources(ctx.inputs.jsonl(cx.source))
+        if ask is None:
+            raise DataError(
+                "building CRUX data from documents needs a model: set crux.construction.llm to"
+                " an openai judges entry",
+                file=cx.source,
+                item=srcs[0].item_id,
+                field="reference",
+            )
+        name = cx.construction.llm
+        assert name is not None
+        prompts = construction.Prompts(
+            passages=ctx.prompt("passages"),
+            query=ctx.prompt("query"),
+            questions=ctx.prompt("questions"),
+            rate=ctx.prompt("rate"),
+            repair=ctx.prompt("repair"),
+        )
+        out, failures = construction.construct(
+            srcs,
+            prompts,
+            ask,
+            n_questions=cx.construction.n_questions,
+            eta=eta,
+            json_mode=getattr(ctx.params.judges[name], "json_mode", True),
+            tokens=count_tokens,
+        )
+        return Constructed(out, failures, summary=f"{_counts(out)}; constructed by {name}")
+
+    def items(self, dataset: Sequence[Collection]) -> dict[str, QueryView]:
+        return views(dataset)
+
+    # ---- generate: retrieval contexts, no model
+
+    def plan_generations(
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Collection]
+    ) -> list[Planned]:
+        raise ConfigError(
+            f"models.{model}: CRUX evaluates retrieval contexts and generates nothing; use a"
+            " models entry with provider crux-contexts"
+        )
+
+    def offline_generations(
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Collection]
+    ) -> list[Generation]:
+        if not isinstance(spec, ContextsModel):
+            raise ConfigError(f"models.{model}: CRUX takes provider crux-contexts")
+        system = spec.system or "context"
+        out = []
+        for view in views(dataset).values():
+            for retriever in spec.retrievers:
+                out.append(contexts.generation(view, retriever, model, system, ctx.section.scoring))
+        return out
+
+    # ---- judge
+
+    @staticmethod
+    def sampled(ctx: Ctx, view: QueryView) -> bool:
+        """Whether judges other than the labels rate this query's contexts (`judge_sample`)."""
+        n = ctx.section.judge_sample
+        return n is None or view.position < n
+
+    def judge_tasks(
+        self,
+        ctx: Ctx,
+        judge: str,
+        spec: OpenAIJudge,
+        items: Mapping[str, QueryView],
+        gens: Sequence[Generation],
+    ) -> list[JudgeTask]:
+        sampled = [g for g in gens if self.sampled(ctx, items[g.item_id])]
+        return super().judge_tasks(ctx, judge, spec, items, sampled)
+
+    def judge_task(
+        self, generation: Generation, item: QueryView, prompts: JudgePrompts
+    ) -> JudgeTask:
+        return judging.rating_task(generation, item, prompts)
+
+    def coverage_cases(
+        self, ctx: Ctx, item: QueryView, generation: Generation
+    ) -> list[CoverageCase]:
+        if not self.sampled(ctx, item):
+            return []  # judged by no one: left out of the rows and counted
+        return judging.coverage_cases(item, generation, ctx.section.local_sentences)
+
+    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        return judging.coverage_verdict(target, verdict)
+
+    def offline_judgements(
+        self,
+        ctx: Ctx,
+        judge: str,
+        spec: JudgeSpec,
+        dataset: Sequence[Collection],
+        gens: Sequence[Generation],
+    ) -> list[Judgement]:
+        if not isinstance(spec, LabelsJudge):
+            raise ConfigError(f"judges.{judge}: CRUX has no released judgements to replay")
+        qviews = views(dataset)
+        return [judging.labels_judgement(g, qviews[g.item_id], judge) for g in gens]
+
+    # ---- aggregate and report
+
+    def _answers(self, ctx: Ctx, qviews: Mapping[str, QueryView]) -> Answers | None:
+        """The final answers whose coverage the contexts should predict (`crux.answers`)."""
+        from pipeline.retrieval.tokens import count_tokens_batch
+
+        a, sc = ctx.section.answers, ctx.section.scoring
+        if a.generations is None:
+            return None
+        lines = ctx.inputs.jsonl(a.generations)
+        gens = [g for _, g in validate_lines(lines, Generation, a.generations, "generation_id")]
+        gens = [g for g in gens if g.item_id in qviews and g.status == "ok"]
+        counts = count_tokens_batch([g.text or "" for g in gens])
+        tokens = {g.generation_id: n for g, n in zip(gens, counts, strict=True)}
+        js: list[Judgement] = []
+        for path in a.judgements:
+            lines = ctx.inputs.jsonl(path)
+            js += [j for _, j in validate_lines(lines, Judgement, path, "generation_id")]
+        scores, skipped = answer_scores(qviews, gens, js, sc.partial_answers, sc.w, tokens)
+        joint: dict[tuple[str, str, str, str], float] = {}
+        if a.metrics is not None:
+            models = {g.model for g in gens}
+            rows = [
+                r for r in ctx.inputs.json(a.metrics).get("rows", []) if r.get("model") in models
+            ]
+            first = rows[0].get("mode") if rows else None  # SummHay's first scoring mode
+            for r in rows:
+                if r.get("mode") == first and r.get("joint") is not None:
+                    key = (str(r["judge"]), str(r["domain"]), str(r["setting"]), str(r["system"]))
+                    joint[key] = float(r["joint"])
+        return Answers(scores, joint, skipped, [a.generations, *a.judgements])
+
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]) -> Aggregated:
+        cx = ctx.section
+        seed = ctx.params.seed
+        rows, details = context_rows(cx, dataset, runs)
+        agreement = label_agreement(cx, dataset, runs, seed)
+        qviews = views(dataset)
+        answers = self._answers(ctx, qviews)
+        taus = tau_rows(cx, details, answers, seed) if answers is not None else []
+        kappas = {
+            (a["model"], a["judge"], a["domain"]): a["kappa"]
+            for a in agreement
+            if a["kappa"] is not None
+        }
+        source = f"derived:{DERIVED}" if cx.source == DERIVED else cx.source
+        metrics = {"rows": rows, "agreement": agreement, "tau": taus, "source": source}
+        plots = figures(rows, taus)
+        return Aggregated(
+            metrics=metrics,
+            summary=summary(rows, taus),
+            report=render(cx, dataset, rows, agreement, taus, answers, source),
+            runs=run_rows(rows, details, kappas) + tau_run_rows(taus, plots),
+            figures=plots,
+        )
+
+    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
+        return report_section(metrics, where)

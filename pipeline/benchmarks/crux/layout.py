@@ -1,0 +1,102 @@
+"""CRUX's released layout (see schema.py) read into collections: one collection per layout
+folder, its passages the corpus's passages the queries need (judged or ranked), the ratings
+from its judgement files, the rankings from its run files."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+
+from pipeline.benchmarks.crux import schema
+from pipeline.benchmarks.crux.metrics import answerable, greedy_cover
+from pipeline.benchmarks.crux.schema import Collection, Passage, SubQuestion
+from pipeline.core.benchmark import Inputs
+from pipeline.core.errors import DataError
+
+
+def _jsonl(inputs: Inputs, folder: str, sub: str) -> list[tuple[str, object]]:
+    lines: list[tuple[str, object]] = []
+    for path in inputs.glob(posixpath.join(folder, sub), "*.jsonl"):
+        lines += inputs.jsonl(path)
+    return lines
+
+
+def read(
+    inputs: Inputs, folder: str, eta: int, domain: str, tokens: Callable[[str], int]
+) -> Collection:
+    if not inputs.exists(posixpath.join(folder, "topic")):
+        raise DataError("not a folder of CRUX's layout (no topic/)", file=folder)
+    topics = schema.topics(_jsonl(inputs, folder, "topic"))
+    subs = schema.subquestions(_jsonl(inputs, folder, "subtopics"))
+    judged = schema.judgements(_jsonl(inputs, folder, "judgements"))
+    corpus = schema.corpus(_jsonl(inputs, folder, "corpus"))
+    reports = {}
+    if inputs.exists(posixpath.join(folder, "reports")):
+        for where, raw in _jsonl(inputs, folder, "reports"):
+            ident = schema._ident(raw, where)
+            reports[ident] = str(raw.get("report", "")) if isinstance(raw, dict) else ""
+    runs: dict[str, dict[str, list[str]]] = {}
+    if inputs.exists(posixpath.join(folder, "runs")):
+        for path in inputs.glob(posixpath.join(folder, "runs"), "*.run"):
+            name = posixpath.basename(path).removesuffix(".run")
+            runs[name] = schema.trec_run(inputs.text(path), path)
+    queries = []
+    needed: set[str] = set()
+    for qid, (request, where) in topics.items():
+        if qid not in subs:
+            raise DataError(
+                "no sub-questions for this query", file=where, item=qid, field="subtopics"
+            )
+        texts = subs[qid]
+        full: dict[str, list[int]] = {}
+        for pid, (ratings, at) in judged.get(qid, {}).items():
+            if len(ratings) != len(texts):
+                raise DataError(
+                    f"{len(ratings)} ratings for {len(texts)} sub-questions",
+                    file=at,
+                    item=f"{qid}/{pid}",
+                    field="rating",
+                )
+            if pid not in corpus:
+                raise DataError(
+                    "a judged passage missing from the corpus",
+                    file=at,
+                    item=f"{qid}/{pid}",
+                    field="docid",
+                )
+            full[pid] = ratings
+        keep = answerable(full, len(texts), eta)
+        kept = {p: [r[i] for i in keep] for p, r in full.items() if any(r[i] >= eta for i in keep)}
+        rankings = {
+            name: [p for p in run.get(qid, []) if p in corpus] for name, run in runs.items()
+        }
+        needed |= set(kept) | {p for r in rankings.values() for p in r}
+        raw = {
+            "item_id": qid,
+            "query": request,
+            "domain": domain,
+            "subquestions": [
+                SubQuestion(qid=f"q{i + 1}", text=texts[i]).model_dump() for i in keep
+            ],
+            "dropped": [
+                SubQuestion(qid=f"q{i + 1}", text=texts[i]).model_dump()
+                for i in range(len(texts))
+                if i not in keep
+            ],
+            "ratings": kept,
+            "zstar": greedy_cover(kept, sorted(kept), eta),
+            "rankings": {n: r for n, r in rankings.items() if r},
+            "reference": reports.get(qid),
+            "meta": {"layout": folder},
+        }
+        queries.append(schema.validate_query(raw, where))
+    passages = [
+        Passage(pid=p, text=corpus[p][0], tokens=tokens(corpus[p][0])) for p in sorted(needed)
+    ]
+    return Collection(
+        collection_id=posixpath.basename(folder.rstrip("/")) or folder,
+        domain=domain,
+        source=folder,
+        passages=passages,
+        queries=queries,
+    )

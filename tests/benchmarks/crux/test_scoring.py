@@ -1,0 +1,261 @@
+"""CRUX end to end on the synthetic layout fixture, through the benchmark object (no stage
+layer): contexts, the labels judge, rows by hand, an excluded query, invalid verdicts, agreement
+with the labels, and Kendall tau between contexts and answers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.benchmarks.crux.aggregate import Answers, tau_rows, views
+from pipeline.benchmarks.crux.benchmark import Crux
+from pipeline.benchmarks.crux.judging import target
+from pipeline.benchmarks.crux.params import CruxParams
+from pipeline.core.benchmark import Context, Run
+from pipeline.core.config import OpenAIJudge, validate_params
+from pipeline.core.errors import DataError
+from pipeline.core.prompts import load_prompt
+from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.stages.common import FileInputs
+
+LAYOUT = Path(__file__).parent / "layout"
+ROOT = Path(__file__).resolve().parents[3]
+BENCH = Crux()
+
+
+def ctx(**crux: Any) -> Context[CruxParams]:
+    raw = {
+        "models": {"ctx": {"provider": "crux-contexts", "retrievers": ["first-stage", "zstar"]}},
+        "judges": {"labels": {"provider": "crux-labels"}},
+        "crux": {
+            "source": "layout",
+            "domain": "synthetic",
+            "models": ["ctx"],
+            "judges": ["labels"],
+            "scoring": {"cutoffs": ["zstar", 2, "budget"], "budget_tokens": 40,
+                        "bootstrap_resamples": 200},
+            "answers": {"generations": None},
+            **crux,
+        },
+    }  # fmt: skip
+    params = validate_params(raw, benchmarks=["crux"])
+    section = params.section("crux", CruxParams)
+    prompts = {k: load_prompt(v, ROOT) for k, v in section.prompts.model_dump().items()}
+    return Context(params, section, prompts, FileInputs(LAYOUT.parent), "")
+
+
+def built(c: Context[CruxParams]) -> tuple[list[Any], list[Generation], list[Judgement]]:
+    dataset = BENCH.construct(c, None).records
+    gens = BENCH.offline_generations(c, "ctx", c.params.models["ctx"], dataset)
+    js = BENCH.offline_judgements(c, "labels", c.params.judges["labels"], dataset, gens)
+    return dataset, gens, js
+
+
+def test_contexts_and_labels() -> None:
+    c = ctx()
+    _, gens, js = built(c)
+    assert [(g.item_id, g.setting) for g in gens] == [
+        ("q1", "first-stage"), ("q1", "zstar"), ("q2", "first-stage"), ("q2", "zstar")
+    ]  # fmt: skip
+    g = gens[0]
+    # deep enough for every cut-off: |Z*| = 2, 2, and what fits the 40-token budget
+    assert g.meta["ranking"][:2] == ["p4", "p1"]
+    packed = g.meta["budget"]
+    assert sum(t for _, t in packed) <= 40 and [p for p, _ in packed][:1] == ["p4"]
+    assert gens[1].meta["ranking"][:2] == ["p1", "p2"]  # Z* first
+    # the labels judge: a verdict per (ranked passage, sub-question), unrated passages 0
+    labels = {v.target_id: v.label for v in js[0].verdicts}
+    assert labels[target("p1", "q1")] == "5" and labels[target("p4", "q3")] == "0"
+    assert len(js[0].verdicts) == 3 * len(g.meta["ranking"])
+    assert js[2].verdicts == []  # q2: no sub-questions left
+
+
+def _row(
+    rows: list[dict[str, Any]], retriever: str, cutoff: str, judge: str = "labels"
+) -> dict[str, Any]:
+    (row,) = [
+        r for r in rows if (r["retriever"], r["cutoff"], r["judge"]) == (retriever, cutoff, judge)
+    ]
+    return row
+
+
+def test_rows_by_hand() -> None:
+    c = ctx()
+    dataset, gens, js = built(c)
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", gens, js)])
+    rows = out.metrics["rows"]
+    tok = {p.pid: p.tokens for p in dataset[0].passages}
+    r = _row(rows, "first-stage", "2")
+    # q1 only (q2 has no answerable sub-question: excluded and counted); context p4, p1:
+    # p1 answers sub-questions 1 and 3 of 3
+    assert (r["n_queries"], r["n_excluded"], r["n_invalid"]) == (1, 1, 0)
+    assert r["coverage"] == pytest.approx(100 * 2 / 3, abs=1e-4)
+    # alpha-nDCG@2: gains 0, 2 -> 2/log2(3); greedy ideal p1 (2), then p3 (0.5 + 1)
+    assert r["alpha_ndcg"] == pytest.approx(
+        100 * (2 / math.log2(3)) / (2 + 1.5 / math.log2(3)), abs=1e-4
+    )
+    # density against Z* = p1, p2 (coverage 1)
+    dens = ((2 / 3) / (tok["p4"] + tok["p1"]) / (1 / (tok["p1"] + tok["p2"]))) ** 0.5
+    assert r["density"] == pytest.approx(100 * dens, abs=1e-4)
+    # ir-measures, binary qrels {p1, p2, p3}: recall 1/3; nDCG (1/log2(3)) / (1 + 1/log2(3) + 1/2)
+    assert r["recall"] == pytest.approx(100 / 3, abs=1e-4)
+    assert r["ndcg"] == pytest.approx(
+        100 * (1 / math.log2(3)) / (1 + 1 / math.log2(3) + 0.5), abs=1e-4
+    )
+    # the reference row: Z* at |Z*| covers everything at density 1
+    z = _row(rows, "zstar", "zstar")
+    assert (z["coverage"], z["density"], z["passages"]) == (100.0, 100.0, 2.0)
+    # rows in params order; one MLflow run per row; the report names the derived-or-not source
+    assert [(r["retriever"], r["cutoff"]) for r in rows][:3] == [
+        ("first-stage", "zstar"), ("first-stage", "2"), ("first-stage", "budget")
+    ]  # fmt: skip
+    assert len(out.runs) == len(rows) and out.metrics["source"] == "layout"
+    assert out.summary["synthetic/labels"]["zstar@zstar"]["coverage"] == 100.0
+
+
+def _rated(
+    j: Judgement, flip: dict[str, str], invalid: set[str] = frozenset(), judge: str = "llm"
+) -> Judgement:  # type: ignore[assignment]
+    vs = [
+        Verdict(target_id=v.target_id, label=flip.get(v.target_id, v.label),
+                status="invalid" if v.target_id in invalid else "ok")
+        for v in j.verdicts
+    ]  # fmt: skip
+    return j.model_copy(update={"judge": judge, "judge_prompt_sha": "x", "verdicts": vs})
+
+
+def test_another_judge_scored_and_measured_against_the_labels() -> None:
+    c = ctx()
+    dataset, gens, js = built(c)
+    # another judge: says p1 does not answer sub-question 1, and cannot rate p2 on sub-question 3
+    other = [_rated(j, {target("p1", "q1"): "1"}, {target("p2", "q3")}) for j in js]
+    runs = [Run("ctx", "labels", gens, js), Run("ctx", "llm", gens, other)]
+    out = BENCH.aggregate(c, dataset, runs)
+    rows = out.metrics["rows"]
+    r = _row(rows, "first-stage", "2", "llm")  # p4, p1: only sub-question 3 answered now
+    assert r["coverage"] == pytest.approx(100 / 3, abs=1e-4) and r["n_invalid"] == 0
+    # Z* = p1, p2 holds the invalid verdict: q1 left out of that row, counted, never rated 0
+    z = _row(rows, "zstar", "zstar", "llm")
+    assert (z["n_queries"], z["n_invalid"], z["coverage"]) == (0, 1, None)
+    (a,) = out.metrics["agreement"]
+    assert (a["judge"], a["reference"], a["n_invalid"]) == ("llm", "labels", 1)
+    # the pairs it rated (p1 in both contexts counts once): 3 of p4, 3 of p1, 2 of p2
+    assert a["n"] == 8
+    # answerable by the labels: p1 on 1 and 3, p2 on 2 (3 of 8); by the judge: 2 of 8
+    assert a["answerable_labels"] == pytest.approx(3 / 8) and a[
+        "answerable_judge"
+    ] == pytest.approx(2 / 8)
+    # kappa by hand: agreement 7/8; chance (2/8)(3/8) + (6/8)(5/8) = 36/64 -> (56 - 36) / (64 - 36)
+    assert a["kappa"] == pytest.approx(20 / 28)
+    assert a["kappa_ci_low"] <= 20 / 28 <= a["kappa_ci_high"]
+    assert {run.metrics.get("kappa") for run in out.runs if run.judge == "llm"} == {a["kappa"]}
+
+
+def test_an_invalid_verdict_inside_the_context_excludes_the_query() -> None:
+    c = ctx()
+    dataset, gens, js = built(c)
+    other = [_rated(j, {}, {target("p1", "q2")}) for j in js]
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)])
+    r = _row(out.metrics["rows"], "first-stage", "2", "llm")
+    assert (r["n_queries"], r["n_invalid"], r["n_excluded"], r["coverage"]) == (0, 1, 1, None)
+
+
+def test_tau_by_hand() -> None:
+    """Three retrievers whose context coverage ranks the queries' answers perfectly, and one
+    summarizer that breaks the order: tau 1 across retrievers, less across pipelines."""
+    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    answers: dict[tuple[str, str, str], dict[str, tuple[float, float]]] = {}
+    for n, ret in enumerate(["r1", "r2", "r3"]):
+        details[("news", "ctx", "context", ret, "budget", "labels")] = [
+            {"item_id": q, "coverage": 0.2 * (n + 1), "alpha_ndcg": 0.1, "density": 0.5,
+             "recall": 0.3 * n, "ndcg": 0.5}
+            for q in ("a", "b", "c")
+        ]  # fmt: skip
+        answers[("judge", ret, "s1")] = {q: (0.1 * (n + 1), 0.1) for q in ("a", "b", "c")}
+        answers[("judge", ret, "s2")] = {q: (0.5 - 0.1 * n, 0.1) for q in ("a", "b", "c")}
+    cx = ctx().section
+    rows = tau_rows(cx, details, Answers(answers, {}, 0, []), seed=0)
+    by = {(r["metric"], r["target"], r["level"]): r for r in rows}
+    # retriever means of Cov(y): r1 (0.1+0.5)/2 = 0.3, r2 0.3, r3 0.3: a tie everywhere: NaN -> None
+    assert by[("coverage", "cov_y", "retrievers")]["tau"] is None
+    # pipelines: x = 0.2, 0.2, 0.4, 0.4, 0.6, 0.6; y = 0.1, 0.5, 0.2, 0.4, 0.3, 0.3
+    from scipy.stats import kendalltau
+
+    want = kendalltau([0.2, 0.2, 0.4, 0.4, 0.6, 0.6], [0.1, 0.5, 0.2, 0.4, 0.3, 0.3]).statistic
+    assert by[("coverage", "cov_y", "pipelines")]["tau"] == pytest.approx(want)
+    assert by[("coverage", "cov_y", "pipelines")]["n_points"] == 6
+    # every query gives the same values: every resample does too, the interval is the point
+    p = by[("coverage", "cov_y", "pipelines")]
+    assert p["ci_low"] == pytest.approx(want) and p["ci_high"] == pytest.approx(want)
+    # constant context metric (alpha_ndcg 0.1 everywhere): undefined, not 0
+    assert by[("alpha_ndcg", "cov_y", "pipelines")]["tau"] is None
+
+
+def test_tau_across_retrievers_with_an_interval() -> None:
+    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    answers: dict[tuple[str, str, str], dict[str, tuple[float, float]]] = {}
+    queries = [f"q{i}" for i in range(8)]
+    for n, ret in enumerate(["r1", "r2", "r3", "r4"]):
+        details[("news", "ctx", "context", ret, "budget", "labels")] = [
+            {"item_id": q, "coverage": (n + i % 3) / 10, "alpha_ndcg": n / 10,
+             "density": 1 - n / 10, "recall": 0.1, "ndcg": 0.1}
+            for i, q in enumerate(queries)
+        ]  # fmt: skip
+        answers[("judge", ret, "s1")] = {
+            q: ((n + (i * 7) % 5) / 10, 0.2) for i, q in enumerate(queries)
+        }
+    rows = tau_rows(ctx().section, details, Answers(answers, {}, 0, []), seed=0)
+    by = {(r["metric"], r["target"], r["level"]): r for r in rows}
+    r = by[("coverage", "cov_y", "retrievers")]
+    assert r["tau"] == 1.0 and r["n_points"] == 4 and r["n_queries"] == 8
+    assert r["ci_low"] is not None and r["ci_low"] <= r["tau"] <= r["ci_high"]
+    assert by[("density", "cov_y", "retrievers")]["tau"] == -1.0
+
+
+def test_views_and_the_excluded_count_in_the_report() -> None:
+    c = ctx()
+    dataset, gens, js = built(c)
+    assert set(views(dataset)) == {"q1", "q2"}
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", gens, js)])
+    assert "2 queries (1 with no answerable sub-question, excluded)" in out.report
+    assert "No answers configured" in out.report
+
+
+def test_judges_other_than_the_labels_rate_a_sample_and_the_rest_is_counted() -> None:
+    c = ctx(judge_sample=1)
+    dataset, gens, js = built(c)
+    items = BENCH.items(dataset)
+    assert [BENCH.sampled(c, items[q]) for q in ("q1", "q2")] == [True, False]
+    assert BENCH.coverage_cases(c, items["q2"], gens[2]) == []
+    spec = OpenAIJudge(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")
+    tasks = BENCH.judge_tasks(c, "llm", spec, items, gens)
+    assert {t.generation.item_id for t in tasks} == {"q1"}
+    # a judge that rated only the first-stage context of q1: the Z* context is unjudged, counted
+    other = [_rated(j, {}) for j in js if j.setting == "first-stage"]
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)])
+    z = _row(out.metrics["rows"], "zstar", "zstar", "llm")
+    assert (z["n_queries"], z["n_unjudged"], z["n_excluded"], z["coverage"]) == (0, 1, 1, None)
+    # a failed context (no ranking) is counted as failed, not scored
+    broken = [g.model_copy(update={"status": "error", "text": None}) for g in gens]
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", broken, js)])
+    r = _row(out.metrics["rows"], "first-stage", "2")
+    assert (r["n_failed"], r["n_queries"]) == (1, 0)
+
+
+def test_computed_retrievers_bm25_and_dense_rank_every_passage() -> None:
+    from pipeline.benchmarks.crux.contexts import rank
+
+    c = ctx()
+    dataset = BENCH.construct(c, None).records
+    view = BENCH.items(dataset)["q1"]
+    for retriever in ("bm25", "dense"):
+        order = rank(view, retriever)
+        assert sorted(order) == sorted(view.passages) and order == rank(view, retriever)
+    # the query is about the harbour festival: the unrelated football passage ranks last by BM25
+    assert rank(view, "bm25")[-1] in {"p5", "p6"}
+    with pytest.raises(DataError, match="no ranking by 'vector'") as e:
+        rank(view, "vector")
+    assert (e.value.item, e.value.field) == ("q1", "rankings.vector")
