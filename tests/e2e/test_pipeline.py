@@ -302,6 +302,7 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
     _edit_params(proj, add)
     out = run(["dvc", "repro"], proj)
     assert sorted(_ran(out.stdout)) == [
+        "crux-aggregate",  # it reads SummHay's generations and judgements
         "summhay-aggregate",
         "summhay-agreement",  # its judge-vs-judge part reads every model's judgements
         # re-checks that every released retriever a listed model's setting needs has scores:
@@ -309,7 +310,6 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
         "summhay-construct",
         "summhay-generate@gemini-oracle",
         "summhay-judge@gemini-oracle-published-gpt-4o",
-        "crux-aggregate",  # it reads SummHay's generations and judgements
     ]
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
     assert len(rows) == 7
