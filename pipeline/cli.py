@@ -603,6 +603,27 @@ def report(out: Path, params_path: Path) -> None:
     click.echo(f"wrote {html_path} and {md_path}")
 
 
+@cli.command("score")
+@click.option("--benchmark", required=True, help="Whose reference metrics (e.g. crud_rag).")
+@click.option(
+    "--input",
+    "src",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    required=True,
+    help='JSONL lines {"id", "generation", "reference"}.',
+)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="JSONL written back.")
+def score(benchmark: str, src: Path, out: Path) -> None:
+    """A benchmark's reference metrics on your own outputs, without the pipeline.
+
+    Each line comes back with "metrics" or, where it cannot be scored, "error"."""
+    from pipeline.core import registry
+    from pipeline.stages.score import score_file
+
+    scored, errors = score_file(registry.get(benchmark), src, out)
+    click.echo(f"wrote {out}: {scored} scored, {errors} with an error")
+
+
 from pipeline.llm.bench import bench as _bench_group  # noqa: E402
 
 cli.add_command(_bench_group)

@@ -187,6 +187,19 @@ def slice_crux(
         crux["answers"]["judgements"] = answers
 
 
+def slice_crud_rag(params: dict[str, Any], records: int = 3) -> None:
+    """Shrink CRUD-RAG to a few records, the base setting, one more chunking and the oracle,
+    made by the lead baseline and scored by its no-model text judge."""
+    builtin = yaml_default()
+    params["models"].setdefault("lead", builtin["models"]["lead"])
+    params["judges"].setdefault("crud-text", builtin["judges"]["crud-text"])
+    crud = params["crud_rag"]
+    crud["records"] = records
+    crud["grid"].update(chunk=[[128, 8], [256, 4]], chunk_overlap=[0], top_k=[8])
+    crud["models"] = ["lead"]
+    crud["judges"] = ["crud-text"]
+
+
 def yaml_default() -> dict[str, Any]:
     """The shipped params.yaml."""
     import yaml
@@ -203,8 +216,8 @@ def keep_builtin_entries(
     The Long2RAG stages score the models and judges that long2rag.models/judges name (by default
     the no-model baselines, the local and the overlap judge), and the local judge's training stage
     is always in the DAG. This keeps those entries, shrinks Long2RAG to one subtopic of one
-    haystack, CRUX to two queries judged by its labels, and the local judge's training to that
-    haystack. Returns (models, judges) to merge into the test's own.
+    haystack, CRUX to two queries judged by its labels, CRUD-RAG to three records, and the local
+    judge's training to that haystack. Returns (models, judges) to merge into the test's own.
     """
     models = {k: params["models"][k] for k in params["long2rag"]["models"]}
     judges = {k: params["judges"][k] for k in params["long2rag"]["judges"]}
@@ -215,4 +228,7 @@ def keep_builtin_entries(
     slice_crux(params, (haystack,))
     models["crux-contexts"] = params["models"]["crux-contexts"]
     judges["crux-labels"] = params["judges"]["crux-labels"]
+    slice_crud_rag(params)
+    models["lead"] = params["models"]["lead"]
+    judges["crud-text"] = params["judges"]["crud-text"]
     return models, judges

@@ -178,6 +178,9 @@ class Constructed(Generic[D]):
     records: list[D]
     failures: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""
+    # side files (name -> JSON content) written to datasets/<name>/ when the benchmark declares
+    # `construct_files` (the folder is then a stage output)
+    files: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -451,6 +454,17 @@ class JudgeTraining(ABC, Generic[P]):
         """Training and held-out cases; never a case from the human-annotated set's groups."""
 
 
+class Scorer(ABC):
+    """Scores a user's own outputs against references without the pipeline (`lfbench score`):
+    each line `{"id", "generation", "reference"}` back with `metrics` (or `error` where the
+    line cannot be scored). The pipeline's aggregate uses the same functions."""
+
+    @abstractmethod
+    def score_line(self, generation: str, reference: str) -> dict[str, float]:
+        """The metrics of one output; raises ValueError (the `error` written) when it cannot be
+        scored (e.g. an empty output)."""
+
+
 # ---------------------------------------------------------------- the contract
 
 
@@ -471,6 +485,8 @@ class Benchmark(ABC, Generic[P, D, I]):
     judge_specs: ClassVar[tuple[type[OwnedJudge], ...]] = ()
     agreement: HumanAgreement[Any, Any] | None = None
     judge_training: JudgeTraining[Any] | None = None
+    scorer: Scorer | None = None
+    construct_files: ClassVar[bool] = False  # construct writes side files (Constructed.files)
 
     def check_params(self, section: P, params: Params) -> None:
         """Cross-checks between the section and the model/judge entries (raise ValueError)."""

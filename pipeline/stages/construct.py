@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline.core.benchmark import Answer, AnyBenchmark, Ask
 from pipeline.core.config import OpenAIJudge, Params
 from pipeline.core.errors import ConfigError, StageFailed
-from pipeline.core.io import write_jsonl
+from pipeline.core.io import write_json, write_jsonl
 from pipeline.llm.client import resolve_api_key, write_usage
 from pipeline.llm.journal import clear_journal
 from pipeline.llm.types import UsageReport
@@ -60,6 +60,11 @@ class StageAsker:
         return answers
 
 
+def files_dir(out: Path) -> Path:
+    """Where a dataset's side files go: `datasets/<name>.jsonl` -> `datasets/<name>/`."""
+    return out.with_suffix("")
+
+
 def construct(bench: AnyBenchmark, params: Params, data_dir: Path, out: Path, root: Path) -> int:
     stage = construct_stage(bench.name)
     ctx = context(bench, params, root, data_dir)
@@ -75,6 +80,15 @@ def construct(bench: AnyBenchmark, params: Params, data_dir: Path, out: Path, ro
     report = report.model_copy(update={"label": stage})
     n = write_jsonl(out, built.records)
     write_usage(usage_path(out), report)
+    if bench.construct_files:
+        # the dataset's side files (e.g. CRUD-RAG's question caches), in a folder beside it
+        folder = files_dir(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*"):
+            if stale.is_file() and stale.name not in built.files:
+                stale.unlink()
+        for name, content in built.files.items():
+            write_json(folder / name, content)
     log.info("wrote %s: %d records%s", out, n, f"; {built.summary}" if built.summary else "")
     log_usage(stage, report)
     if built.failures:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pipeline import containers
-from tests.conftest import ROOT, run, slice_crux
+from tests.conftest import ROOT, run, slice_crud_rag, slice_crux
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -85,6 +85,7 @@ def _params(proj: Path, runtime: str) -> None:
     params["long2rag"]["models"] = ["lead"]
     params["long2rag"]["judges"] = ["local"]
     slice_crux(params, judges=("crux-labels", "local"))
+    slice_crud_rag(params)
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     run(["git", "add", "-A"], proj)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", runtime], proj)
@@ -121,6 +122,8 @@ def test_docker_and_local_runs_give_identical_metrics(
         "metrics/crux.json",
         "reports/crux.md",
         "reports/crux.png",
+        "metrics/crud_rag.json",
+        "reports/crud_rag.md",
     ):
         assert (project / rel).read_bytes() == (local / rel).read_bytes(), rel
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from pipeline.llm.testserver import TestServer
-from tests.conftest import BIN, ROOT, run, slice_crux
+from tests.conftest import BIN, ROOT, run, slice_crud_rag, slice_crux
 
 pytestmark = pytest.mark.slow
 
@@ -89,6 +89,7 @@ def _configure(
         for name, extra in judges.items()
     }
     slice_crux(params)
+    slice_crud_rag(params)
     params["summhay"]["haystacks"] = ["news1"]
     params["summhay"]["subtopics"] = subtopics
     params["summhay"]["models"] = ["tiny"]

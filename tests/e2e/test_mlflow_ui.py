@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT, run, slice_crux, tracked_files
+from tests.conftest import BIN, ROOT, run, slice_crud_rag, slice_crux, tracked_files
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +67,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     params["runtime"] = "local"
     params["models"]["published"]["systems"] = ["gpt-4o", "gemini-1.5-pro"]
     slice_crux(params)
+    slice_crud_rag(params)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(["git", "init", "-q"], project)
     run(["git", "add", "-A"], project)

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from pipeline.core.lineage import stage_md5
-from tests.conftest import run, slice_crux
+from pipeline.core.records import generation_id
+from tests.conftest import run, slice_crud_rag, slice_crux
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +54,7 @@ def _slice(params: dict[str, Any]) -> None:
         subtopics=3,
         answers=["judgements/summhay/published/published-gpt-4o.jsonl"],
     )
+    slice_crud_rag(params)
 
 
 def _commit(proj: Path, msg: str) -> None:
@@ -107,6 +109,10 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
         "crux-generate@crux-contexts",
         "crux-judge@crux-contexts-crux-labels",
         "crux-aggregate",
+        "crud_rag-construct",
+        "crud_rag-generate@lead",
+        "crud_rag-judge@lead-crud-text",
+        "crud_rag-aggregate",
     }
     l2r = json.loads((proj / "metrics" / "long2rag.json").read_text())["rows"]
     assert {r["setting"] for r in l2r} == {"long_context", "rag_512"}
@@ -129,12 +135,63 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
     assert "| gpt-4o |" in report and "Table 2 layout" in report
 
     _check_crux(proj)
+    _check_crud_rag(proj)
 
     status = run(["dvc", "status"], proj).stdout
     assert "Data and pipelines are up to date" in status
     again = run(["dvc", "repro"], proj)
     assert _ran(again.stdout) == []
     assert "Data and pipelines are up to date" in again.stdout
+
+
+def _check_crud_rag(proj: Path) -> None:
+    """CRUD-RAG on three released records: the oracle, the base and one more chunking, each a
+    row with its knobs and counts, scored by the text metrics; MLflow runs with their lineage."""
+    data = json.loads((proj / "metrics" / "crud_rag.json").read_text())
+    rows = {r["setting"]: r for r in data["rows"]}
+    assert data["source"] == "released:event_summary"
+    assert set(rows) == {"oracle", "bm25-c128-o0-k8", "bm25-c256-o0-k4"}
+    assert rows["bm25-c128-o0-k8"]["knob"] == "base" and rows["oracle"]["knob"] == "oracle"
+    assert rows["bm25-c256-o0-k4"]["chunk_size"] == 256 and rows["bm25-c256-o0-k4"]["top_k"] == 4
+    for r in rows.values():
+        assert (r["task"], r["system"], r["judge"]) == ("event_summary", "lead", "crud-text")
+        assert (r["n_items"], r["n_scored"], r["n_invalid"], r["n_failed"]) == (3, 3, 0, 0)
+        assert 0 < r["bleu_bp"] <= r["bleu"] <= 100 and 0 < r["rouge_l"] <= 100
+    # each row's mean is that of its items' judgements
+    judged = [
+        json.loads(line)
+        for line in (proj / "judgements/crud_rag/lead/crud-text.jsonl").read_text().splitlines()
+    ]
+    gens = {
+        generation_id(g["item_id"], g["system"], g["setting"], g["sample"]): g
+        for g in map(
+            json.loads, (proj / "generations/crud_rag/lead.jsonl").read_text().splitlines()
+        )
+    }
+    oracle = [
+        float(next(v["label"] for v in j["verdicts"] if v["target_id"] == "rouge_l"))
+        for j in judged
+        if gens[j["generation_id"]]["setting"] == "oracle"
+    ]
+    assert rows["oracle"]["rouge_l"] == pytest.approx(100 * sum(oracle) / 3, abs=1e-3)
+    assert (proj / "reports" / "crud_rag.png").read_bytes()[:4] == b"\x89PNG"
+    assert (
+        "| chunk size (top-k co-varied) | 256 / 4 |" in (proj / "reports/crud_rag.md").read_text()
+    )
+    client = _client(proj)
+    exp = client.get_experiment_by_name("crud_rag")
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string="tags.`lfbench.current` = 'true'", max_results=100
+    )
+    assert len(runs) == 3
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    for mrun in runs:
+        tags = mrun.data.tags
+        assert tags["dataset.digest"] == _md5(proj / "datasets" / "crud_rag.jsonl")
+        assert tags["dvc.stage"] == "crud_rag-judge@lead-crud-text"
+        assert tags["dvc.stage_md5"] == stage_md5(lock[tags["dvc.stage"]])
+        row = rows[tags["setting"]]
+        assert mrun.data.metrics["bleu"] == pytest.approx(row["bleu"])
 
 
 def _check_crux(proj: Path) -> None:

@@ -1,0 +1,207 @@
+"""CRUD-RAG on the benchmark contract.
+
+- construct: the items (schema.py): the released event-summarisation records by default, or the
+  authors' benchmark file (every task family); RAGQuestEval's questions from the authors' caches
+  or an LLM (questeval.py), written back in the authors' cache layout (datasets/crud_rag/).
+- generate: each item in each setting of the knob study (generation.py, retrieval.py): a model
+  with the project's prompts, or the no-model baselines.
+- judge: the text metrics (`crud_rag-text`, no model: metrics.py) and RAGQuestEval (an
+  `openai` judge answering the record's questions from the output: questeval.py).
+- aggregate: rows per (task, model, setting, judge) with the knobs; the knob-study report and
+  plot; MLflow runs (aggregate.py, report.py).
+- `lfbench score`: the text metrics of a user's own outputs (`scorer`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.benchmarks.crud_rag import generation, metrics, questeval
+from pipeline.benchmarks.crud_rag.aggregate import build_rows, run_rows, summary
+from pipeline.benchmarks.crud_rag.params import RELEASED, CrudParams, TextJudge
+from pipeline.benchmarks.crud_rag.report import render, report_section
+from pipeline.benchmarks.crud_rag.schema import (
+    Item,
+    QuestSet,
+    cache_file,
+    cache_layout,
+    parse_benchmark,
+    parse_cache,
+    parse_released,
+)
+from pipeline.core.benchmark import (
+    Aggregated,
+    Asker,
+    Benchmark,
+    Constructed,
+    Context,
+    CoverageCase,
+    CoverageVerdictLike,
+    JudgePrompts,
+    JudgeTask,
+    Planned,
+    ReportSection,
+    Run,
+    Scorer,
+)
+from pipeline.core.config import (
+    BaselineModel,
+    JudgeSpec,
+    ModelSpec,
+    OpenAIJudge,
+    OpenAIModel,
+    Params,
+)
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.records import Generation, Judgement, Verdict
+
+RELEASED_FILE = "event_summary.first1328.json"
+Ctx = Context[CrudParams]
+
+
+class TextScorer(Scorer):
+    def score_line(self, generation: str, reference: str) -> dict[str, float]:
+        return metrics.text_metrics(generation, reference)
+
+
+class CrudRag(Benchmark[CrudParams, Item, Item]):
+    name = "crud_rag"
+    title = "CRUD-RAG"
+    version = "1"
+    params_model = CrudParams
+    record = Item
+    model_providers = frozenset({"openai", "baseline"})
+    judge_providers = frozenset({"openai"})
+    judge_specs = (TextJudge,)
+    judge_prompts = ("quest_answer", None, "repair")
+    scorer = TextScorer()
+    construct_files = True
+
+    def check_params(self, section: CrudParams, params: Params) -> None:
+        llm = section.quest_eval.llm
+        if llm is not None and not isinstance(params.judges.get(llm), OpenAIJudge):
+            raise ValueError(
+                f"crud_rag.quest_eval.llm names {llm!r}, which is not an openai judges entry"
+            )
+
+    # ---- data
+
+    def _source(self, ctx: Ctx) -> tuple[list[Item], list[str]]:
+        cx = ctx.section
+        if cx.source == RELEASED:
+            path = posixpath.join(ctx.data_dir or "data/crud_rag", RELEASED_FILE)
+            return parse_released(ctx.inputs.json(path), path, cx.records)
+        return parse_benchmark(ctx.inputs.json(cx.source), cx.source, list(cx.tasks), cx.records)
+
+    def corpus(self, ctx: Ctx) -> list[str]:
+        """The retrieval corpus: the source's news texts, or the authors' corpus files."""
+        cx = ctx.section
+        if cx.corpus == "records":
+            return self._source(ctx)[1]
+        docs = []
+        for path in ctx.inputs.glob(cx.corpus, "*"):
+            docs += [line.strip() for line in ctx.inputs.text(path).splitlines() if line.strip()]
+        if not docs:
+            raise DataError("no news items in the corpus folder", file=cx.corpus)
+        return docs
+
+    def construction_llm(self, section: CrudParams) -> str | None:
+        return section.quest_eval.llm
+
+    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Item]:
+        cx = ctx.section
+        items, _ = self._source(ctx)
+        cached: dict[str, dict[str, QuestSet]] = {}
+        if cx.quest_eval.caches is not None:
+            for task in cx.tasks:
+                path = posixpath.join(cx.quest_eval.caches, cache_file(task))
+                if ctx.inputs.exists(path):
+                    cached[task] = parse_cache(ctx.inputs.json(path), path)
+        prompts = questeval.Prompts(
+            ctx.prompt("quest_generate"), ctx.prompt("quest_answer"), ctx.prompt("repair")
+        )
+        out, failures, counts = questeval.build(
+            items, cached, prompts if ask is not None else None, ask, cx.quest_eval.llm
+        )
+        files = {
+            cache_file(task): cache_layout(
+                {i.record_id: i.quest_eval for i in out if i.task == task and i.quest_eval}
+            )
+            for task in cx.tasks
+        }
+        tasks = ", ".join(f"{t} {sum(1 for i in out if i.task == t)}" for t in cx.tasks)
+        summary_line = (
+            f"{len(out)} items ({tasks}); RAGQuestEval questions: {counts['released']} from the"
+            f" authors' caches, {counts['generated']} written by {cx.quest_eval.llm}, "
+            f"{counts['none']} without"
+        )
+        return Constructed(out, failures, summary_line, files)
+
+    def items(self, dataset: Sequence[Item]) -> dict[str, Item]:
+        return {i.item_id: i for i in dataset}
+
+    # ---- generate
+
+    def plan_generations(
+        self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Item]
+    ) -> list[Planned]:
+        prompts = {
+            name: ctx.prompt(name)
+            for name in ("event_summary", "continuing_writing", "questanswer", "hallu_modified")
+        }
+        max_tokens = ctx.section.generation.max_tokens or spec.max_tokens
+        return generation.plan(
+            ctx.section, model, spec.system or model, max_tokens, dataset, self.corpus(ctx), prompts
+        )
+
+    def offline_generations(
+        self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Item]
+    ) -> list[Generation]:
+        if not isinstance(spec, BaselineModel):
+            raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run crud_rag")
+        system = spec.system or model
+        return generation.offline(ctx.section, model, system, spec.kind, dataset, self.corpus(ctx))
+
+    # ---- judge
+
+    def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
+        return questeval.judge_task(generation, item, prompts)
+
+    def coverage_cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[CoverageCase]:
+        raise ConfigError("crud_rag has no coverage judge (use crud_rag-text or an openai judge)")
+
+    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        raise ConfigError("crud_rag has no coverage judge")
+
+    def offline_judgements(
+        self,
+        ctx: Ctx,
+        judge: str,
+        spec: JudgeSpec,
+        dataset: Sequence[Item],
+        gens: Sequence[Generation],
+    ) -> list[Judgement]:
+        if not isinstance(spec, TextJudge):
+            raise ConfigError(f"judges.{judge}: crud_rag has no released judgements to replay")
+        items = self.items(dataset)
+        return [metrics.judgement(g, items[g.item_id], judge) for g in gens]
+
+    # ---- aggregate and report
+
+    def aggregate(self, ctx: Ctx, dataset: Sequence[Item], runs: Sequence[Run]) -> Aggregated:
+        cx = ctx.section
+        rows, details = build_rows(cx, dataset, runs)
+        source = "released:event_summary" if cx.source == RELEASED else cx.source
+        report, figures = render(cx, dataset, rows, source)
+        return Aggregated(
+            metrics={"rows": rows, "source": source},
+            summary=summary(rows),
+            report=report,
+            runs=run_rows(rows, details, figures),
+            figures=figures,
+        )
+
+    def report_section(self, metrics_file: Mapping[str, Any], where: str) -> ReportSection:
+        return report_section(metrics_file, where)
