@@ -46,7 +46,7 @@ from pipeline.core.config import (
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
-from pipeline.llm.types import ChatRequest
+from pipeline.llm.types import ChatRequest, EndpointConfig
 
 # The columns that identify a result row (a benchmark may add its own, e.g. SummHay's domain).
 RESULT_KEYS = ("benchmark", "system", "setting", "judge", "model")
@@ -78,6 +78,10 @@ class Inputs(Protocol):
         ...
 
 
+Embed: TypeAlias = Callable[[Sequence[str]], Any]  # texts -> array (len(texts), dim)
+EMBED_LOCAL = "local"  # Benchmark.embedding: the local MiniLM (pipeline.llm.embeddings)
+
+
 @dataclass(frozen=True)
 class Context(Generic[P]):
     """What a benchmark method gets: the params (the core and its own section), its prompt files
@@ -88,6 +92,9 @@ class Context(Generic[P]):
     prompts: Mapping[str, Prompt]
     inputs: Inputs
     data_dir: str
+    # Unit-length vectors of texts (one row per text), when the judge being run asked for
+    # embeddings (Benchmark.embedding): the stage layer makes the calls, journaled.
+    embed: Embed | None = None
 
     def prompt(self, name: str) -> Prompt:
         try:
@@ -556,6 +563,12 @@ class Benchmark(ABC, Generic[P, D, I]):
 
     def coverage_judge(self, spec: JudgeSpec) -> CoverageJudge | None:
         """A no-model coverage judge of a provider this benchmark defines, if `spec` is one."""
+        return None
+
+    def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
+        """The embeddings a no-model judge of this benchmark needs: None, EMBED_LOCAL, or an
+        OpenAI-compatible endpoint; the stage layer then gives `offline_judgements` a context
+        whose `embed` makes them."""
         return None
 
     def offline_judgements(

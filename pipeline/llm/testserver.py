@@ -122,6 +122,20 @@ def n_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+EMBED_DIM = 64
+
+
+def text_vector(text: str) -> list[float]:
+    """The test server's embedding of a text: counts of its character bigrams (and the single
+    character of a one-character text) hashed into EMBED_DIM dimensions, L2-normalised."""
+    v = [0.0] * EMBED_DIM
+    grams = [text[i : i + 2] for i in range(len(text) - 1)] or [text]
+    for g in grams:
+        v[int(hashlib.sha256(g.encode("utf-8")).hexdigest()[:8], 16) % EMBED_DIM] += 1.0
+    norm = sum(x * x for x in v) ** 0.5 or 1.0
+    return [x / norm for x in v]
+
+
 def prompt_tokens(body: dict[str, Any]) -> int:
     messages = body.get("messages")
     chars = 0
@@ -291,6 +305,86 @@ class Server:
             await _send(request, resp)  # the client may have gone away (timed out, killed)
         return resp
 
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        """`/v1/embeddings`: a deterministic vector per input (character bigrams hashed into
+        EMBED_DIM dimensions, so texts that share wording are close), with the same fault plan
+        and log as chat (the log's `prompt_head` is the first input, `n_inputs` the count)."""
+        arrived = time.time()
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            bad = _error(400, "request body is not a JSON object")
+            await _send(request, bad)
+            return bad
+        inputs = body.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        body_sha = hashlib.sha256(
+            json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        ).hexdigest()
+        attempt, fault = self.faults.next(body_sha, [])
+        record: dict[str, Any] = {
+            "time": arrived,
+            "body_sha256": body_sha,
+            "prompt_head": str(inputs[0])[:200] if isinstance(inputs, list) and inputs else "",
+            "n_inputs": len(inputs) if isinstance(inputs, list) else 0,
+            "model": body.get("model"),
+            "attempt": attempt,
+            "fault": fault,
+            "status": 200,
+            "served": False,
+        }
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        resp: web.StreamResponse
+        if fault == "hang":
+            record["status"] = 504
+            self._log(record)
+            await asyncio.sleep(self.hang_s)
+            resp = _error(504, "hung")
+            with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+                await _send(request, resp)
+            return resp
+        if fault == "429":
+            resp = _error(429, "rate limited")
+            resp.headers["Retry-After"] = _fmt_seconds(self.retry_after)
+        elif fault in ("500", "truncated"):
+            resp = _error(500, "injected server error")
+        elif fault == "malformed":
+            resp = web.Response(status=200, text='{"data": [', content_type="application/json")
+        elif (
+            not isinstance(inputs, list)
+            or not inputs
+            or not all(isinstance(t, str) for t in inputs)
+            or not body.get("model")
+        ):
+            resp = _error(400, "'model' and a non-empty 'input' list of strings are required")
+        elif any("garbage-embedding" in t for t in inputs):
+            resp = web.json_response({"object": "list", "data": [{"embedding": "nope"}]})
+        else:
+            data = [
+                {"object": "embedding", "index": i, "embedding": text_vector(t)}
+                for i, t in enumerate(inputs)
+            ]
+            pt = sum(n_tokens(t) for t in inputs)
+            resp = web.json_response(
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": str(body["model"]),
+                    "usage": {"prompt_tokens": pt, "total_tokens": pt},
+                }
+            )
+            record["served"] = True
+        record["status"] = resp.status
+        self._log(record)
+        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+            await _send(request, resp)
+        return resp
+
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
         self.counter += 1
         pt, ct = prompt_tokens(body), n_tokens(content)
@@ -346,6 +440,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_post("/v1/embeddings", server.embeddings)
     app.router.add_get("/v1/models", server.models)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
     await runner.setup()

@@ -11,6 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The offline fallback of embedding similarities (pipeline.llm.embeddings.embed_local).
+LOCAL_EMBEDDING_MODEL = (
+    "sentence-transformers/all-MiniLM-L6-v2 (local fallback, not the paper's model)"
+)
+
 
 class EndpointConfig(BaseModel):
     """One OpenAI-compatible endpoint and model, with its sampling and client settings."""

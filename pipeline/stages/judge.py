@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import read_jsonl, write_jsonl
 from pipeline.core.records import Generation, Judgement, Usage, Verdict
 from pipeline.llm.client import cost_usd, resolve_api_key, write_usage
-from pipeline.llm.types import UsageReport
+from pipeline.llm.types import EndpointConfig, UsageReport
 from pipeline.stages.common import (
     applies,
     context,
@@ -211,6 +212,31 @@ def judgeable(items: Mapping[str, Any], gens: Sequence[Generation], where: str) 
     return out
 
 
+class Embedder:
+    """The `embed` of a no-model judge's context: the local MiniLM, or an OpenAI-compatible
+    endpoint (journaled per stage: a kill loses no finished vector, a re-run sends no text
+    twice); its usage becomes the stage's."""
+
+    def __init__(self, choice: str | EndpointConfig | None, stage: str, root: Path) -> None:
+        self.choice = choice
+        self.stage = stage
+        self.journal = llm_paths(root, stage)[1].with_suffix(".embeddings.jsonl")
+        self.report: UsageReport | None = None
+
+    @property
+    def wanted(self) -> bool:
+        return self.choice is not None
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        from pipeline.llm.embeddings import embed_local, embed_remote
+
+        if not isinstance(self.choice, EndpointConfig):
+            return embed_local(texts)
+        vectors, report = embed_remote(self.choice, texts, self.journal, label=self.stage)
+        self.report = report if self.report is None else self.report.merged(report)
+        return vectors
+
+
 def judge(
     bench: AnyBenchmark,
     params: Params,
@@ -248,9 +274,15 @@ def judge(
         if isinstance(spec, OpenAIJudge):
             js, report = llm_judgements(bench, ctx, judge_name, spec, items, todo, stage, root)
         elif not isinstance(spec, LocalJudge) and bench.coverage_judge(spec) is None:
-            # a judge the benchmark defines that needs no model (e.g. CRUX's labels)
+            # a judge the benchmark defines that needs no model (e.g. CRUX's labels), or only
+            # embeddings (e.g. CRUD-RAG's text metrics with an embedding similarity)
+            embedder = Embedder(bench.embedding(spec), stage, root)
+            if embedder.wanted:
+                ctx = replace(ctx, embed=embedder)
             js = bench.offline_judgements(ctx, judge_name, spec, dataset, todo)
             report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})
+            if embedder.report is not None:
+                report = embedder.report.model_copy(update={"items": len(js), "ok": len(js)})
         else:
             started = time.perf_counter()
             cj = coverage_judge(bench, judge_name, spec, root)
@@ -271,4 +303,6 @@ def judge(
             n_invalid,
         )
     finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
+    # the outputs are written: the embedding journal has served its purpose
+    Embedder(None, stage, root).journal.unlink(missing_ok=True)
     return len(js)

@@ -73,7 +73,7 @@ def test_registry_finds_every_package_and_loads_only_what_is_asked() -> None:
     bench = registry.get("summhay")
     assert bench.name == "summhay" and isinstance(bench, Benchmark)
     with pytest.raises(
-        ConfigError, match="unknown benchmark 'nope'; known: crux, long2rag, summhay"
+        ConfigError, match="unknown benchmark 'nope'; known: crud_rag, crux, long2rag, summhay"
     ):
         registry.get("nope")
 

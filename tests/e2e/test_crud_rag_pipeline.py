@@ -22,12 +22,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
 from pipeline.benchmarks.crud_rag.questeval import token_f1
 from pipeline.core.records import generation_id
-from pipeline.llm.testserver import TestServer
+from pipeline.llm.testserver import TestServer, text_vector
 from tests.conftest import BIN, ROOT, run
 from tests.e2e import crud_responder as R
 
@@ -92,6 +93,12 @@ def _configure(proj: Path, base_url: str, **judge_extra: Any) -> None:
         top_k=[1, 2],
     )
     crud["quest_eval"]["llm"] = "qg"
+    # the embedding similarity through the same server's /v1/embeddings
+    params["judges"]["crud-text"]["embedding"] = {
+        k: v
+        for k, v in {**endpoint, "model": "tiny-embed", **judge_extra}.items()
+        if k != "provider"
+    }
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
@@ -205,7 +212,20 @@ def test_ragquesteval_under_faults_with_a_released_cache_entry(
     assert row["recall"] == pytest.approx(100 * sum(recalls) / 5, abs=1e-3)
     assert row["precision"] == pytest.approx(100 * sum(precisions) / 5, abs=1e-3)
     assert 0 < row["recall"] < 100  # the cached record's questions are not all answered
-    assert rows[(setting, "crud-text")]["n_scored"] == 5
+    text = rows[(setting, "crud-text")]
+    assert text["n_scored"] == 5 and text["embedding_model"].startswith("tiny-embed at http")
+    refs = {i["item_id"]: i["reference"] for i in items.values()}
+    sims = []
+    for g in gens.values():
+        if g["setting"] == setting:
+            a, b = np.asarray(text_vector(g["text"])), np.asarray(text_vector(refs[g["item_id"]]))
+            sims.append(float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)))
+    assert text["embedding_sim"] == pytest.approx(100 * sum(sims) / 5, abs=1e-3)
+    # each distinct text embedded once: the outputs' and the references'
+    embedded = [r for r in log if r["served"] and r["model"] == "tiny-embed"]
+    distinct = {g["text"] for g in gens.values()} | set(refs.values())
+    assert sum(int(r["n_inputs"]) for r in embedded) == len(distinct)
+    assert "embedding similarity" in (project / "reports/crud_rag.md").read_text()
     usage = json.loads((project / "judgements/crud_rag/lead/asker.usage.json").read_text())
     assert usage["errors"] == 0 and usage["retries"] >= 1
 

@@ -19,7 +19,7 @@ from pipeline.benchmarks.crud_rag.params import CrudParams
 from pipeline.benchmarks.crud_rag.schema import Item
 from pipeline.core.benchmark import Run, RunRow
 
-TEXT = (*M.METRICS, "length")
+TEXT = (*M.METRICS, M.EMBEDDING, "length")
 QUEST = ("precision", "recall")
 KNOBS = ("chunk_size", "chunk_overlap", "retriever", "top_k")
 COUNTS = ("n_items", "n_scored", "n_invalid", "n_failed", "n_no_questions")
@@ -29,7 +29,8 @@ def _text_scores(j: Any) -> tuple[dict[str, float] | None, str | None]:
     bad = [v for v in j.verdicts if v.status != "ok"]
     if bad:
         return None, bad[0].raw or "invalid"
-    return {v.target_id: float(v.label) for v in j.verdicts}, None
+    scores = {v.target_id: float(v.label) for v in j.verdicts}
+    return scores, next((v.raw for v in j.verdicts if v.target_id == M.EMBEDDING), None)
 
 
 def build_rows(
@@ -42,6 +43,7 @@ def build_rows(
     counts: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
     reasons: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
     kinds: dict[str, str] = {}
+    embedders: dict[tuple[str, ...], str] = {}
     for run in runs:
         by_gen = {j.generation_id: j for j in run.judgements}
         for g in run.generations:
@@ -70,6 +72,8 @@ def build_rows(
                     reasons[key][str(why)] += 1
                     continue
                 cells[key].append({"item_id": g.item_id, **scores})
+                if why is not None:  # the embedding model, on a scored output
+                    embedders[key] = why
                 continue
             qset = item.quest_eval
             if qset is None or not qset.kept():
@@ -111,6 +115,7 @@ def build_rows(
             values = [x[metric] for x in scored if metric in x]
             scale = 1.0 if metric == "length" else 100.0
             row[metric] = round(scale * fmean(values), 4) if values else None
+        row["embedding_model"] = embedders.get(key)
         row |= {k: counts[key][k] for k in COUNTS}
         row["n_scored"] = len(scored)
         row["invalid_reasons"] = dict(reasons[key])

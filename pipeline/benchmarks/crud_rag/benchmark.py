@@ -56,6 +56,7 @@ from pipeline.core.config import (
 )
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.llm.types import EndpointConfig
 
 RELEASED_FILE = "event_summary.first1328.json"
 Ctx = Context[CrudParams]
@@ -175,6 +176,9 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
     def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
         raise ConfigError("crud_rag has no coverage judge")
 
+    def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
+        return spec.embedding if isinstance(spec, TextJudge) else None
+
     def offline_judgements(
         self,
         ctx: Ctx,
@@ -186,7 +190,14 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
         if not isinstance(spec, TextJudge):
             raise ConfigError(f"judges.{judge}: crud_rag has no released judgements to replay")
         items = self.items(dataset)
-        return [metrics.judgement(g, items[g.item_id], judge) for g in gens]
+        sims: dict[str, float] = {}
+        if ctx.embed is not None and spec.embedding is not None:
+            sims = metrics.embedding_similarities(ctx.embed, gens, items)
+        label = metrics.embedding_label(spec.embedding)
+        return [
+            metrics.judgement(g, items[g.item_id], judge, sims.get(g.generation_id), label)
+            for g in gens
+        ]
 
     # ---- aggregate and report
 

@@ -20,14 +20,20 @@ marked invalid with the reason, left out of the means and counted (the authors' 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from pipeline.benchmarks.crud_rag import text as T
 from pipeline.benchmarks.crud_rag.schema import Item
+from pipeline.core.benchmark import Embed
 from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.llm.types import LOCAL_EMBEDDING_MODEL, EndpointConfig
 
 METRICS = ("bleu", "bleu_bp", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l")
+EMBEDDING = "embedding_sim"  # cosine similarity of output and reference embeddings
 SHA = "crud_rag-text/1"  # the text judge's version (its judgements' judge_prompt_sha)
 MAX_ORDER = 4
 
@@ -78,11 +84,53 @@ def text_metrics(generation: str, reference: str) -> dict[str, float]:
     return {**bleu(gen, ref), "rouge_l": rouge_l(generation, reference), "length": len(generation)}
 
 
-def judgement(gen: Generation, item: Item, judge: str) -> Judgement:
-    """The text judge's verdicts on one output: one per metric (label = the value)."""
+def embedding_label(choice: str | EndpointConfig | None) -> str | None:
+    """Whose vectors the embedding similarity uses (shown beside it in rows and reports)."""
+    if choice is None:
+        return None
+    if isinstance(choice, EndpointConfig):
+        return f"{choice.model} at {choice.base_url}"
+    return LOCAL_EMBEDDING_MODEL
+
+
+def embedding_similarities(
+    embed: Embed, gens: Sequence[Generation], items: Mapping[str, Item]
+) -> dict[str, float]:
+    """Cosine similarity of each output's and its reference's embeddings (generation id ->
+    value); outputs with no text are left out (they are invalid items)."""
+    scored = [g for g in gens if (g.text or "").strip()]
+    texts = list(
+        dict.fromkeys([items[g.item_id].reference for g in scored] + [g.text or "" for g in scored])
+    )
+    if not texts:
+        return {}
+    at = {t: i for i, t in enumerate(texts)}
+    vectors = np.asarray(embed(texts), dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1)
+    out = {}
+    for g in scored:
+        a, b = at[g.text or ""], at[items[g.item_id].reference]
+        denom = float(norms[a] * norms[b]) or 1.0
+        out[g.generation_id] = float(vectors[a] @ vectors[b]) / denom
+    return out
+
+
+def judgement(
+    gen: Generation,
+    item: Item,
+    judge: str,
+    similarity: float | None = None,
+    embedding_model: str | None = None,
+) -> Judgement:
+    """The text judge's verdicts on one output: one per metric (label = the value; the
+    embedding similarity's raw names the embedding model)."""
     try:
         values = text_metrics(gen.text or "", item.reference)
         verdicts = [Verdict(target_id=k, label=repr(float(v))) for k, v in values.items()]
+        if similarity is not None:
+            verdicts.append(
+                Verdict(target_id=EMBEDDING, label=repr(float(similarity)), raw=embedding_model)
+            )
         status = "ok"
     except MetricError as e:
         verdicts = [Verdict(target_id="all", label="INVALID", status="invalid", raw=str(e))]

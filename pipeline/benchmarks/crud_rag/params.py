@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pipeline.core.config import BenchmarkParams, OwnedJudge, PromptFiles, Strict, no_repeats
+from pipeline.llm.types import EndpointConfig
 
 PROMPTS = "pipeline/benchmarks/crud_rag/prompts"
 RELEASED = "released"
@@ -32,12 +33,18 @@ Retriever = Literal["bm25", "dense", "hybrid"]
 
 
 class TextJudge(OwnedJudge):
-    """The reference-based text metrics, no model: BLEU (jieba tokens, with and without the
-    brevity penalty), BLEU-1..4, ROUGE-L and the length, per output (metrics.py)."""
+    """The reference-based text metrics, no generative model: BLEU (jieba tokens, with and
+    without the brevity penalty), BLEU-1..4, ROUGE-L and the length, per output (metrics.py);
+    and the embedding similarity of output and reference when `embedding` says whose."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     provider: Literal["crud_rag-text"]
+    embedding: Literal["local"] | EndpointConfig | None = Field(
+        default=None,
+        description="local (MiniLM, offline: not the paper's model), an OpenAI-compatible "
+        "/v1/embeddings endpoint (base_url, model, api_key_env, ...), or null (none)",
+    )
 
 
 class CrudPrompts(PromptFiles):

@@ -109,3 +109,40 @@ def test_rows_by_hand_with_an_empty_output_invalid_and_counted() -> None:
     assert row["invalid_reasons"] == {"empty output": 1}
     assert row["knob"] == "oracle" and agg.report.count("| oracle context |") == 1
     assert "crud_rag.png" in agg.figures
+
+
+def test_embedding_similarity_is_a_verdict_with_its_model_and_a_row_mean() -> None:
+    from dataclasses import replace
+
+    import numpy as np
+
+    from pipeline.llm.testserver import text_vector
+    from pipeline.llm.types import LOCAL_EMBEDDING_MODEL
+
+    base = {"chunk_size": 16, "chunk_overlap": 0, "retriever": "bm25", "top_k": 1}
+    grid = {"oracle": True, "chunk": [], "chunk_overlap": [], "top_k": [], "base": base}
+    c = ctx(tasks=["event_summary"], grid=grid)
+    c = replace(c, embed=lambda texts: np.asarray([text_vector(t) for t in texts]))
+    spec = c.params.judges["text"].model_copy(update={"embedding": "local"})
+    data = BENCH.construct(c, None).records
+    gens = [
+        Generation.offline("crud_rag", data[0].item_id, "m", "m", "oracle", "海滨市地铁开通。", {}),
+        Generation.offline("crud_rag", data[1].item_id, "m", "m", "oracle", data[1].reference, {}),
+    ]
+    js = BENCH.offline_judgements(c, "text", spec, data, gens)
+    sims = []
+    for g, j in zip(gens, js, strict=True):
+        (v,) = [v for v in j.verdicts if v.target_id == "embedding_sim"]
+        assert v.raw == LOCAL_EMBEDDING_MODEL
+        a, b = (
+            np.asarray(text_vector(g.text or "")),
+            np.asarray(text_vector(data[0 if g is gens[0] else 1].reference)),
+        )
+        assert float(v.label) == pytest.approx(float(a @ b))
+        sims.append(float(v.label))
+    assert sims[1] == pytest.approx(1.0)  # the reference itself
+    agg = BENCH.aggregate(c, data, [Run("m", "text", gens, js)])
+    (row,) = [r for r in agg.metrics["rows"] if r["setting"] == "oracle"]
+    assert row["embedding_sim"] == pytest.approx(100 * fmean(sims), abs=1e-3)
+    assert row["embedding_model"] == LOCAL_EMBEDDING_MODEL
+    assert "| embedding_sim |" in agg.report and LOCAL_EMBEDDING_MODEL in agg.report
