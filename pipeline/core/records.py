@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -113,6 +113,37 @@ class Judgement(Record):
     verdicts: list[Verdict] = Field(default_factory=list)
     error: str | None = None
     usage: Usage = Usage()
+
+    @classmethod
+    def of(
+        cls,
+        benchmark: str,
+        gen: Generation,
+        judge: str,
+        sha: str,
+        status: str,
+        verdicts: list[Verdict],
+        *,
+        error: str | None = None,
+        usage: Usage | None = None,
+    ) -> Judgement:
+        """One judge's judgement of `gen` (its identity fields copied from the generation;
+        `status` is validated: ok, invalid or error)."""
+        return cls(
+            benchmark=benchmark,
+            generation_id=gen.generation_id,
+            item_id=gen.item_id,
+            model=gen.model,
+            system=gen.system,
+            setting=gen.setting,
+            sample=gen.sample,
+            judge=judge,
+            judge_prompt_sha=sha,
+            status=cast(Literal["ok", "invalid", "error"], status),
+            verdicts=verdicts,
+            error=error,
+            usage=usage or Usage(),
+        )
 
 
 @dataclass(frozen=True)

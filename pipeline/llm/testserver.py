@@ -260,19 +260,10 @@ class Server:
         resp: web.StreamResponse
         try:
             if fault == "hang":
-                # logged now (the client will have given up long before the answer)
-                record["status"] = 504
-                self._log(record)
-                await asyncio.sleep(self.hang_s)
-                resp = _error(504, "hung")
-                with contextlib.suppress(ConnectionError, RuntimeError, OSError):
-                    await _send(request, resp)
-                return resp
-            elif fault == "429":
-                resp = _error(429, "rate limited")
-                resp.headers["Retry-After"] = _fmt_seconds(self.retry_after)
-            elif fault == "500":
-                resp = _error(500, "injected server error")
+                return await self._hang(request, record)
+            injected = self._injected(fault)
+            if injected is not None:
+                resp = injected
             elif fault == "malformed":
                 resp = web.Response(
                     status=200,
@@ -297,6 +288,31 @@ class Server:
                 record["status"] = 499
                 self._log(record)
             raise
+        return await self._answer(request, record, resp)
+
+    async def _hang(self, request: web.Request, record: dict[str, Any]) -> web.StreamResponse:
+        """A hung request: logged now (the client will have given up long before the answer)."""
+        record["status"] = 504
+        self._log(record)
+        await asyncio.sleep(self.hang_s)
+        resp = _error(504, "hung")
+        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+            await _send(request, resp)
+        return resp
+
+    def _injected(self, fault: str | None) -> web.Response | None:
+        """The error answer of an injected 429 or 500 (None for any other fault)."""
+        if fault == "429":
+            resp = _error(429, "rate limited")
+            resp.headers["Retry-After"] = _fmt_seconds(self.retry_after)
+            return resp
+        if fault == "500":
+            return _error(500, "injected server error")
+        return None
+
+    async def _answer(
+        self, request: web.Request, record: dict[str, Any], resp: web.StreamResponse
+    ) -> web.StreamResponse:
         record["status"] = resp.status
         # logged before the answer leaves, so that no client can hold an answer whose log line
         # is not written yet (a test reads the log right after its client returns)
@@ -341,18 +357,10 @@ class Server:
             await asyncio.sleep(self.latency)
         resp: web.StreamResponse
         if fault == "hang":
-            record["status"] = 504
-            self._log(record)
-            await asyncio.sleep(self.hang_s)
-            resp = _error(504, "hung")
-            with contextlib.suppress(ConnectionError, RuntimeError, OSError):
-                await _send(request, resp)
-            return resp
-        if fault == "429":
-            resp = _error(429, "rate limited")
-            resp.headers["Retry-After"] = _fmt_seconds(self.retry_after)
-        elif fault in ("500", "truncated"):
-            resp = _error(500, "injected server error")
+            return await self._hang(request, record)
+        injected = self._injected("500" if fault == "truncated" else fault)
+        if injected is not None:
+            resp = injected
         elif fault == "malformed":
             resp = web.Response(status=200, text='{"data": [', content_type="application/json")
         elif (
@@ -379,11 +387,7 @@ class Server:
                 }
             )
             record["served"] = True
-        record["status"] = resp.status
-        self._log(record)
-        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
-            await _send(request, resp)
-        return resp
+        return await self._answer(request, record, resp)
 
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
         self.counter += 1

@@ -118,21 +118,7 @@ def judgement(
     error: str | None = None,
     usage: Usage | None = None,
 ) -> Judgement:
-    return Judgement(
-        benchmark=benchmark,
-        generation_id=g.generation_id,
-        item_id=g.item_id,
-        model=g.model,
-        system=g.system,
-        setting=g.setting,
-        sample=g.sample,
-        judge=judge,
-        judge_prompt_sha=sha,
-        status=status,
-        verdicts=verdicts,
-        error=error,
-        usage=usage or Usage(),
-    )
+    return Judgement.of(benchmark, g, judge, sha, status, verdicts, error=error, usage=usage)
 
 
 def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path) -> CoverageJudge:

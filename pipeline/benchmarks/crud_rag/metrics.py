@@ -135,16 +135,4 @@ def judgement(
     except MetricError as e:
         verdicts = [Verdict(target_id="all", label="INVALID", status="invalid", raw=str(e))]
         status = "invalid"
-    return Judgement(
-        benchmark="crud_rag",
-        generation_id=gen.generation_id,
-        item_id=gen.item_id,
-        model=gen.model,
-        system=gen.system,
-        setting=gen.setting,
-        sample=gen.sample,
-        judge=judge,
-        judge_prompt_sha=SHA,
-        status=status,
-        verdicts=verdicts,
-    )
+    return Judgement.of("crud_rag", gen, judge, SHA, status, verdicts)

@@ -86,19 +86,7 @@ def labels_judgement(gen: Generation, view: QueryView, judge: str) -> Judgement:
         for p in ranking(gen)
         for i, s in enumerate(q.subquestions)
     ]
-    return Judgement(
-        benchmark="crux",
-        generation_id=gen.generation_id,
-        item_id=gen.item_id,
-        model=gen.model,
-        system=gen.system,
-        setting=gen.setting,
-        sample=gen.sample,
-        judge=judge,
-        judge_prompt_sha=LABELS_SHA,
-        status="ok",
-        verdicts=verdicts,
-    )
+    return Judgement.of("crux", gen, judge, LABELS_SHA, "ok", verdicts)
 
 
 def best_sentences(passage: str, unit: str, k: int) -> list[str]:

@@ -127,18 +127,7 @@ def judgements(
                 item=f"subtopic {subtopic_id!r}",
                 field=f"eval_summaries.{key}",
             )
-        yield Judgement(
-            benchmark="summhay",
-            generation_id=gen.generation_id,
-            item_id=gen.item_id,
-            model=gen.model,
-            system=gen.system,
-            setting=gen.setting,
-            sample=gen.sample,
-            judge=judge_name,
-            judge_prompt_sha=PUBLISHED_PROMPT_SHA,
-            status="ok",
-            verdicts=[
-                Verdict(target_id=e.insight_id, label=e.coverage, link=e.bullet_id) for e in evals
-            ],
-        )
+        verdicts = [
+            Verdict(target_id=e.insight_id, label=e.coverage, link=e.bullet_id) for e in evals
+        ]
+        yield Judgement.of("summhay", gen, judge_name, PUBLISHED_PROMPT_SHA, "ok", verdicts)

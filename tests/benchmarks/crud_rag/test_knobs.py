@@ -146,3 +146,23 @@ def test_embedding_similarity_is_a_verdict_with_its_model_and_a_row_mean() -> No
     assert row["embedding_sim"] == pytest.approx(100 * fmean(sims), abs=1e-3)
     assert row["embedding_model"] == LOCAL_EMBEDDING_MODEL
     assert "| embedding_sim |" in agg.report and LOCAL_EMBEDDING_MODEL in agg.report
+
+
+def test_dense_and_hybrid_settings_retrieve_from_the_corpus() -> None:
+    base = {"chunk_size": 16, "chunk_overlap": 0, "retriever": "bm25", "top_k": 2}
+    grid = {"base": base, "retriever": ["bm25", "dense", "hybrid"], "chunk": [],
+            "chunk_overlap": [], "top_k": [], "oracle": False}  # fmt: skip
+    c = ctx(tasks=["questanswer_1doc"], grid=grid)
+    data = BENCH.construct(c, None).records
+    gens = BENCH.offline_generations(c, "lead", c.params.models["lead"], data)
+    by = {g.setting: g for g in gens}
+    assert set(by) == {"bm25-c16-o0-k2", "dense-c16-o0-k2", "hybrid-c16-o0-k2"}
+    for g in gens:
+        assert len(g.meta["chunks"]) == 2 and g.status == "ok"
+    # the metro question's own news item comes first for the lexical and the fused ranking
+    assert "二十公里" in (by["bm25-c16-o0-k2"].text or "")
+    index = retrieval.Index.build(BENCH.corpus(c), 16, 0)
+    q = data[0].query
+    bm, de = retrieval.top(index.bm25(q), 2), retrieval.top(index.dense(q), 2)
+    assert by["hybrid-c16-o0-k2"].meta["chunks"] == retrieval.rrf([bm, de], 2)
+    assert by["dense-c16-o0-k2"].meta["chunks"] == de
