@@ -12,12 +12,7 @@ no finished request again.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,8 +24,9 @@ import yaml
 from pipeline.benchmarks.crud_rag.questeval import token_f1
 from pipeline.core.records import generation_id
 from pipeline.llm.testserver import TestServer, text_vector
-from tests.conftest import BIN, ROOT, run
+from tests.conftest import ROOT, run
 from tests.e2e import crud_responder as R
+from tests.e2e.resume import jsonl, kill_after
 
 pytestmark = pytest.mark.slow
 
@@ -106,10 +102,6 @@ def _gid(g: dict[str, Any]) -> str:
     return generation_id(g["item_id"], g["system"], g["setting"], g["sample"])
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _server(tmp_path: Path, name: str, **kw: Any) -> TestServer:
     return TestServer(
         responder="tests.e2e.crud_responder:respond",
@@ -141,7 +133,7 @@ def test_ragquesteval_under_faults_with_a_released_cache_entry(
     assert max(served.values()) == 1  # no answer was asked for twice
 
     # ---- construction: the cached record costs no call; the others got the LLM's questions
-    items = {i["record_id"]: i for i in _jsonl(project / "datasets" / "crud_rag.jsonl")}
+    items = {i["record_id"]: i for i in jsonl(project / "datasets" / "crud_rag.jsonl")}
     assert set(items) == {r["ID"] for r in RECORDS}
     released = json.loads(
         (project / "data/crud_rag/QuestAnswer1Doc_quest_gt_save.json").read_text()
@@ -168,8 +160,8 @@ def test_ragquesteval_under_faults_with_a_released_cache_entry(
     assert written[CACHED] == released[CACHED] and set(written) == set(items)
 
     # ---- judging: one call per output (plus one repair per garbled output), answers as given
-    gens = {_gid(g): g for g in _jsonl(project / "generations/crud_rag/lead.jsonl")}
-    judged = _jsonl(project / "judgements/crud_rag/lead/asker.jsonl")
+    gens = {_gid(g): g for g in jsonl(project / "generations/crud_rag/lead.jsonl")}
+    judged = jsonl(project / "judgements/crud_rag/lead/asker.jsonl")
     assert {j["generation_id"] for j in judged} == set(gens)
     assert all(j["status"] == "ok" for j in judged)
     asked: set[tuple[str, str]] = set()
@@ -230,38 +222,13 @@ def test_ragquesteval_under_faults_with_a_released_cache_entry(
     assert usage["errors"] == 0 and usage["retries"] >= 1
 
 
-def _journaled(journal: Path) -> list[dict[str, Any]]:
-    done = []
-    for ln in (journal.read_text() if journal.exists() else "").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            done.append(json.loads(ln))
-    return done
-
-
 def test_ragquesteval_sigkill_mid_judging_resumes(project: Path, tmp_path: Path) -> None:
     with _server(tmp_path, "kill", latency_ms=200) as srv:
         _configure(project, srv.base_url, max_concurrency=1)
         run(["dvc", "repro", "crud_rag-generate@lead"], project, env=ENV)
         journal = project / ".lfbench" / "journal" / "crud_rag-judge_lead-asker.jsonl"
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **ENV}
         mark = len(srv.log())
-        proc = subprocess.Popen(
-            ["dvc", "repro", "crud_rag-judge@lead-asker"],
-            cwd=project,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 180
-        while len(_journaled(journal)) < 5:
-            assert proc.poll() is None, "the judge stage ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        time.sleep(0.5)
-        done = len(_journaled(journal))
+        done = kill_after(project, "crud_rag-judge@lead-asker", journal, 5, ENV)
         killed = srv.log()[mark:]
         assert not (project / "judgements/crud_rag/lead/asker.jsonl").exists()
         run(["dvc", "repro", "crud_rag-judge@lead-asker"], project, env=ENV)
@@ -272,6 +239,6 @@ def test_ragquesteval_sigkill_mid_judging_resumes(project: Path, tmp_path: Path)
     # be asked again); nothing is asked twice in the resumed run
     assert done >= 5 and len(finished - set(again)) >= done
     assert max(again.values()) == 1
-    gens = _jsonl(project / "generations/crud_rag/lead.jsonl")
-    judged = _jsonl(project / "judgements/crud_rag/lead/asker.jsonl")
+    gens = jsonl(project / "generations/crud_rag/lead.jsonl")
+    judged = jsonl(project / "judgements/crud_rag/lead/asker.jsonl")
     assert len(judged) == len(gens) and all(j["status"] == "ok" for j in judged)

@@ -11,11 +11,7 @@ finished request again.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,8 +21,9 @@ import pytest
 import yaml
 
 from pipeline.llm.testserver import TestServer
-from tests.conftest import BIN, ROOT, run
+from tests.conftest import ROOT, run
 from tests.e2e import crux_responder as R
+from tests.e2e.resume import jsonl, kill_after
 
 pytestmark = pytest.mark.slow
 
@@ -95,10 +92,6 @@ def _configure(proj: Path, base_url: str, **judge_extra: Any) -> None:
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _server(tmp_path: Path, name: str, **kw: Any) -> TestServer:
     return TestServer(
         responder="tests.e2e.crux_responder:respond",
@@ -130,7 +123,7 @@ def test_crux_construction_and_llm_judge_under_faults(project: Path, tmp_path: P
     assert max(served.values()) == 1  # no answer was asked for twice
 
     # ---- construction: passages, query, sub-questions, ratings, exactly as the model answered
-    cols = {c["collection_id"]: c for c in _jsonl(project / "datasets" / "crux.jsonl")}
+    cols = {c["collection_id"]: c for c in jsonl(project / "datasets" / "crux.jsonl")}
     assert set(cols) == {"harbour", "station", "library"}
     harbour = cols["harbour"]
     (q,) = harbour["queries"]
@@ -153,7 +146,7 @@ def test_crux_construction_and_llm_judge_under_faults(project: Path, tmp_path: P
     assert c_usage["errors"] == 0 and c_usage["retries"] >= 1
 
     # ---- the LLM rating judge: each pair once, its ratings those the model gave
-    judged = _jsonl(project / "judgements" / "crux" / "crux-contexts" / "rater.jsonl")
+    judged = jsonl(project / "judgements" / "crux" / "crux-contexts" / "rater.jsonl")
     assert {(j["item_id"], j["setting"]) for j in judged} == {
         (i, s) for i in cols for s in ("zstar", "bm25")
     }
@@ -195,36 +188,6 @@ def test_crux_construction_and_llm_judge_under_faults(project: Path, tmp_path: P
     assert (a["judge"], a["n_invalid"], a["kappa"], a["n"]) == ("rater", 0, 1.0, len(pairs))
 
 
-def _journaled(journal: Path) -> list[dict[str, Any]]:
-    done = []
-    for ln in (journal.read_text() if journal.exists() else "").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            done.append(json.loads(ln))
-    return done
-
-
-def _kill_after(project: Path, target: str, journal: Path, n: int) -> int:
-    """Start `dvc repro target`, SIGKILL it once `n` answers are journaled; how many were."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **ENV}
-    proc = subprocess.Popen(
-        ["dvc", "repro", target],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 180
-    while len(_journaled(journal)) < n:
-        assert proc.poll() is None, f"{target} ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    time.sleep(0.5)
-    return len(_journaled(journal))
-
-
 def test_crux_sigkill_mid_construction_and_mid_judging_resume(
     project: Path, tmp_path: Path
 ) -> None:
@@ -232,7 +195,7 @@ def test_crux_sigkill_mid_construction_and_mid_judging_resume(
         _configure(project, srv.base_url, max_concurrency=1)
         journals = project / ".lfbench" / "journal"
         # construction: killed after 6 answers (the passages step and some of the next ones)
-        done = _kill_after(project, "crux-construct", journals / "crux-construct.jsonl", 6)
+        done = kill_after(project, "crux-construct", journals / "crux-construct.jsonl", 6, ENV)
         assert not (project / "datasets" / "crux.jsonl").exists()
         before = srv.log()
         run(["dvc", "repro", "crux-construct"], project, env=ENV)
@@ -243,7 +206,7 @@ def test_crux_sigkill_mid_construction_and_mid_judging_resume(
         again = Counter(r["body_sha256"] for r in after)
         assert done >= 6 and len(finished - set(again)) >= done
         assert max(again.values()) == 1
-        cols = {c["collection_id"]: c for c in _jsonl(project / "datasets" / "crux.jsonl")}
+        cols = {c["collection_id"]: c for c in jsonl(project / "datasets" / "crux.jsonl")}
         assert set(cols) == {"harbour", "station", "library"}
         for c in cols.values():
             (q,) = c["queries"]
@@ -256,7 +219,7 @@ def test_crux_sigkill_mid_construction_and_mid_judging_resume(
         run(["dvc", "repro", "crux-generate@crux-contexts", "local-judge-train"], project, env=ENV)
         journal = journals / "crux-judge_crux-contexts-rater.jsonl"
         mark = len(srv.log())
-        done = _kill_after(project, "crux-judge@crux-contexts-rater", journal, 5)
+        done = kill_after(project, "crux-judge@crux-contexts-rater", journal, 5, ENV)
         killed = srv.log()[mark:]
         run(["dvc", "repro", "crux-judge@crux-contexts-rater"], project, env=ENV)
         after = srv.log()[mark + len(killed) :]
@@ -264,5 +227,5 @@ def test_crux_sigkill_mid_construction_and_mid_judging_resume(
     again = Counter(r["body_sha256"] for r in after)
     assert done >= 5 and len(finished - set(again)) >= done
     assert max(again.values()) == 1
-    judged = _jsonl(project / "judgements" / "crux" / "crux-contexts" / "rater.jsonl")
+    judged = jsonl(project / "judgements" / "crux" / "crux-contexts" / "rater.jsonl")
     assert len(judged) == 6 and all(j["status"] == "ok" for j in judged)
