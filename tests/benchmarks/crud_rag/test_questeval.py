@@ -48,6 +48,9 @@ def test_bad_questions_are_not_asked_and_nothing_answered_scores_zero() -> None:
     assert q.kept() == [0, 2]
     s = questeval.score(q, {"q1": UN, "q3": UN})
     assert (s.recall, s.precision, s.n_questions) == (0.0, 0.0, 2)
+    # the bad question is out of the denominator too: 1 of the 2 good ones answered
+    s = questeval.score(q, {"q1": "二十公里", "q3": UN})
+    assert (s.recall, s.precision, s.n_answered) == (0.5, 1.0, 1)
 
 
 def test_a_judge_task_asks_only_the_good_questions_and_parses_answers() -> None:
