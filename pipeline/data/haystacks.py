@@ -228,6 +228,22 @@ class Subtopic(Record):
     )
 
 
+class Derivation(Record):
+    """How a haystack that the authors did not release was made: recombined from released
+    documents to a target length (`lfbench`'s length study), or synthesized through a model."""
+
+    kind: Literal["recombined", "synthesized"]
+    collection: str = Field(description="its rows' `collection` column, e.g. 50k or synthetic")
+    sources: list[str] = Field(description="the released haystacks its documents come from")
+    target_tokens: int | None = None
+    n_tokens: int = Field(description="cl100k_base tokens of its documents")
+    seed: int
+    recipe_sha: str = Field(description="sha256 of the parameters that made it")
+    figures: dict[str, Any] = Field(
+        default_factory=dict, description="what construction did: verification, drops, cost"
+    )
+
+
 class Haystack(Record):
     haystack_id: str
     domain: Literal["news", "conversation"]
@@ -237,6 +253,12 @@ class Haystack(Record):
     source_file: str
     documents: list[Document]
     subtopics: list[Subtopic]
+    derived: Derivation | None = None  # None: a released haystack
+
+    @property
+    def collection(self) -> str:
+        """The rows it is scored in: `released`, or its derivation's collection."""
+        return "released" if self.derived is None else self.derived.collection
 
     def subtopic(self, subtopic_id: str) -> Subtopic:
         for s in self.subtopics:
@@ -249,7 +271,13 @@ def item_id(haystack_id: str, subtopic_id: str) -> str:
     return f"{haystack_id}/{subtopic_id}"
 
 
-def normalise(haystack_id: str, hay: RawHaystack, source_file: str) -> Haystack:
+def normalise(
+    haystack_id: str,
+    hay: RawHaystack,
+    source_file: str,
+    domain: Literal["news", "conversation"] | None = None,
+    derived: Derivation | None = None,
+) -> Haystack:
     gold: dict[str, list[int]] = {}
     documents = []
     for pos, d in enumerate(hay.documents, start=1):
@@ -291,13 +319,14 @@ def normalise(haystack_id: str, hay: RawHaystack, source_file: str) -> Haystack:
         )
     return Haystack(
         haystack_id=haystack_id,
-        domain=domain_of(haystack_id),
+        domain=domain or domain_of(haystack_id),
         topic_id=hay.topic_id,
         topic=hay.topic,
         participants=[str(p) for p in participants],
         source_file=source_file,
         documents=documents,
         subtopics=subtopics,
+        derived=derived,
     )
 
 

@@ -45,7 +45,9 @@ Array = npt.NDArray[np.float32]
 
 
 def text_key(text: str) -> str:
-    return hashlib.sha256(f"{ENCODER_ID}\0{text}".encode()).hexdigest()
+    # "avx2-pinned": vectors made before the float kernels were pinned (pipeline/__init__.py)
+    # may differ in a last bit on AVX-512 machines; they are not reused
+    return hashlib.sha256(f"{ENCODER_ID}/avx2-pinned\0{text}".encode()).hexdigest()
 
 
 def _quantise(vectors: Array) -> Array:

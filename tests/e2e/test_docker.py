@@ -73,6 +73,7 @@ def _params(proj: Path, runtime: str) -> None:
     params = yaml.safe_load(path.read_text(encoding="utf-8"))
     params["runtime"] = runtime
     params["summhay"]["haystacks"] = ["news1"]
+    params["summhay"]["lengths"]["haystacks"] = []  # no length study here
     params["models"]["published"]["systems"] = ["gpt-4o"]
     params["models"]["published"]["settings"] = ["oracle", "full"]
     params["long2rag"]["derived"].update(haystacks=["news1"], subtopics=2)

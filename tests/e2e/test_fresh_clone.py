@@ -37,6 +37,16 @@ def test_fresh_clone_reproduces_committed_results(tmp_path: Path, mirror: Path) 
     # The local judge scores the 78 released systems too, and the no-model baselines.
     assert {r["judge"] for r in rows} == {"published-gpt-4o", "local"}
     assert {r["model"] for r in rows} == {"published", "lead", "extractive"}
+    # the length study: both baselines at every length, on both domains
+    study = {
+        (r["collection"], r["domain"], r["model"]) for r in rows if r["collection"] != "released"
+    }
+    assert study == {
+        (c, d, m)
+        for c in ("25k", "50k", "100k", "200k")
+        for d in ("news", "conversation", "all")
+        for m in ("lead", "extractive")
+    }
 
     start = time.monotonic()
     again = run(["dvc", "repro"], clone)

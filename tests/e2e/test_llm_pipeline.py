@@ -91,6 +91,7 @@ def _configure(
     slice_crux(params)
     slice_crud_rag(params)
     params["summhay"]["haystacks"] = ["news1"]
+    params["summhay"]["lengths"]["haystacks"] = []  # no length study here
     params["summhay"]["subtopics"] = subtopics
     params["summhay"]["models"] = ["tiny"]
     params["summhay"]["judges"] = list(judges)

@@ -37,6 +37,7 @@ def _edit_params(proj: Path, edit: Any) -> None:
 
 def _slice(params: dict[str, Any]) -> None:
     params["summhay"]["haystacks"] = SLICE["haystacks"]
+    params["summhay"]["lengths"]["haystacks"] = []  # no length study here
     params["models"]["published"]["systems"] = SLICE["systems"]
     params["models"]["published"]["settings"] = SLICE["settings"]
     params["summhay"]["models"] = ["published"]

@@ -159,6 +159,7 @@ def _configure(clone: Path, base_url: str) -> None:
         "llm": {**endpoint, "model": "tiny-judge", "mode": "batched"},
     }
     params["summhay"]["haystacks"] = ["news1"]
+    params["summhay"]["lengths"]["haystacks"] = []  # no length study here
     params["summhay"]["subtopics"] = 2
     params["summhay"]["models"] = ["published", "tiny"]
     params["summhay"]["judges"] = ["published-gpt-4o", "llm"]

@@ -30,6 +30,7 @@ from pipeline.data.haystacks import Haystack
 ROW_KEYS = (
     "benchmark",
     "domain",
+    "collection",
     "system",
     "setting",
     "judge",
@@ -55,6 +56,7 @@ ROW_KEYS = (
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "haystacks",
 )
 
 
@@ -69,6 +71,7 @@ class _Group:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    haystacks: set[str] = field(default_factory=set)  # `id` or `id=<recipe sha, 12>` if derived
 
 
 def _r(x: float | None) -> float | None:
@@ -120,7 +123,22 @@ def build_rows(
             bullets = extract_bullets(gen.text or "")
             j = by_gen.get(gen.generation_id)
             for mode in modes:
-                g = groups[(hay.domain, gen.system, gen.setting, run.judge, mode, run.model)]
+                g = groups[
+                    (
+                        hay.domain,
+                        hay.collection,
+                        gen.system,
+                        gen.setting,
+                        run.judge,
+                        mode,
+                        run.model,
+                    )
+                ]
+                g.haystacks.add(
+                    hay.haystack_id
+                    if hay.derived is None
+                    else f"{hay.haystack_id}={hay.derived.recipe_sha[:12]}"
+                )
                 g.input_tokens += gen.usage.input_tokens
                 g.output_tokens += gen.usage.output_tokens
                 g.cost_usd += gen.usage.cost_usd
@@ -178,18 +196,20 @@ def build_rows(
                 allg.input_tokens += src.input_tokens
                 allg.output_tokens += src.output_tokens
                 allg.cost_usd += src.cost_usd
+                allg.haystacks |= src.haystacks
             groups[("all", *rest)] = allg
 
     rows = []
     details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for key in sorted(groups):
-        domain, system, setting, judge, mode_name, model = key
+        domain, collection, system, setting, judge, mode_name, model = key
         g = groups[key]
         p = pool(s for summary in g.per_summary for s in summary)
         m = macro(g.per_summary) if mode_name == "corrected" else None
         row: dict[str, Any] = {
             "benchmark": "summhay",
             "domain": domain,
+            "collection": collection,
             "system": system,
             "setting": setting,
             "judge": judge,
@@ -215,23 +235,33 @@ def build_rows(
             "input_tokens": g.input_tokens,
             "output_tokens": g.output_tokens,
             "cost_usd": round(g.cost_usd, 6),
+            "haystacks": ",".join(sorted(g.haystacks)),
         }
         assert tuple(row) == ROW_KEYS
         rows.append(row)
-        details[key] = g.details
+        details[row_key(row)] = g.details
     return rows, details
 
 
 def row_key(row: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(row[k]) for k in ("domain", "system", "setting", "judge", "mode", "model"))
+    """What names a row (its MLflow run): a derived collection's rows add the collection."""
+    key = tuple(str(row[k]) for k in ("domain", "system", "setting", "judge", "mode", "model"))
+    return key if row["collection"] == "released" else (*key, str(row["collection"]))
+
+
+def where(row: dict[str, Any]) -> str:
+    """The row's haystacks in words: `news`, or `news@50k` for a derived collection."""
+    c = row["collection"]
+    return str(row["domain"]) if c == "released" else f"{row['domain']}@{c}"
 
 
 # ---------------------------------------------------------------- what is logged
 
 
 # Every numeric column of a row is an MLflow metric; the others identify the row.
-ID_KEYS = ("benchmark", "domain", "system", "setting", "judge", "mode", "model")
-METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS)
+ID_KEYS = ("benchmark", "domain", "collection", "system", "setting", "judge", "mode", "model")
+TEXT_KEYS = ("haystacks",)  # logged as a tag: the haystacks a row pools (derived: =recipe sha)
+METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS + TEXT_KEYS)
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
@@ -239,7 +269,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float |
     setting: {coverage, citation, joint}}} (DVC cannot read the row list)."""
     out: dict[str, dict[str, dict[str, float | None]]] = {}
     for r in rows:
-        section = out.setdefault(f"{r['domain']}/{r['judge']}/{r['mode']}", {})
+        section = out.setdefault(f"{where(r)}/{r['judge']}/{r['mode']}", {})
         section[f"{r['system']}/{r['setting']}"] = {
             k: None if r[k] is None else round(r[k], 2) for k in ("coverage", "citation", "joint")
         }
@@ -247,7 +277,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float |
 
 
 def _plot_group(row: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(row[k]) for k in ("domain", "judge", "mode", "model", "system"))
+    return (where(row), *(str(row[k]) for k in ("judge", "mode", "model", "system")))
 
 
 def row_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, bytes]]:
@@ -293,14 +323,18 @@ def run_rows(rows: Rows, details: Details, partial_credit: float) -> list[RunRow
 def run_row(
     row: dict[str, Any], detail: list[dict[str, Any]], plots: dict[str, bytes], partial: float
 ) -> RunRow:
-    ids = ("domain", "system", "setting", "judge", "mode", "model")
+    ids = ("domain", "collection", "system", "setting", "judge", "mode", "model")
     return RunRow(
         key="|".join(row_key(row)),
-        name=" / ".join(str(row[k]) for k in ("system", "setting", "judge", "mode", "domain")),
+        name=" / ".join(
+            [*(str(row[k]) for k in ("system", "setting", "judge", "mode")), where(row)]
+        ),
         metrics={k: float(row[k]) for k in METRIC_KEYS if row[k] is not None},
         params={k: str(row[k]) for k in ids} | {"partial_credit": str(partial)},
         tags={
             "domain": row["domain"],
+            "collection": row["collection"],
+            "summhay.haystacks": row["haystacks"],
             "mode": row["mode"],
             "setting": row["setting"],
             "model.name": row["system"],

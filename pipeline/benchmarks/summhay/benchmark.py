@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pipeline.benchmarks.summhay import generation, judging, published
@@ -44,6 +44,7 @@ from pipeline.core.config import (
     BaselineModel,
     JudgeSpec,
     ModelSpec,
+    OpenAIJudge,
     OpenAIModel,
     Params,
     PublishedModel,
@@ -52,9 +53,12 @@ from pipeline.core.config import (
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.data.haystacks import (
+    HAYSTACK_IDS,
     RELEASED_SETTINGS,
     Haystack,
+    RawHaystack,
     Subtopic,
+    domain_of,
     haystack_file,
     normalise,
     parse_raw_haystack,
@@ -62,6 +66,28 @@ from pipeline.data.haystacks import (
 from pipeline.retrieval.context import RELEASED_RETRIEVERS
 
 RELEASED_NAME = {ours: theirs for theirs, ours in RELEASED_SETTINGS.items()}
+
+
+def derived_table(dataset: Sequence[Haystack]) -> list[dict[str, Any]]:
+    """The dataset's derived haystacks (metrics/summhay.json `derived`): how each was made."""
+    return [
+        {
+            "haystack": h.haystack_id,
+            "kind": h.derived.kind,
+            "collection": h.derived.collection,
+            "documents": len(h.documents),
+            "tokens": h.derived.n_tokens,
+            "target_tokens": h.derived.target_tokens,
+            "subtopics": len(h.subtopics),
+            "insights": sum(len(s.insights) for s in h.subtopics),
+            "sources": h.derived.sources,
+            "seed": h.derived.seed,
+            "recipe_sha": h.derived.recipe_sha,
+            "figures": h.derived.figures,
+        }
+        for h in dataset
+        if h.derived is not None
+    ]
 
 
 Ctx = Context[SummhayParams]
@@ -102,13 +128,26 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
                         out.setdefault(s, m)
         return out
 
+    def construction_llm(self, section: SummhayParams) -> str | None:
+        return section.synthesis.llm if section.synthesis.haystacks else None
+
     def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Haystack]:
+        """The released haystacks, validated and normalised; then the length study's
+        recombined haystacks (`summhay.lengths`) and the synthesized ones (`summhay.synthesis`)."""
         section = ctx.section
         needed = self.needed_retrievers(ctx)
+        raws: dict[str, RawHaystack] = {}
+
+        def raw_of(hid: str) -> RawHaystack:
+            if hid not in raws:
+                path = posixpath.join(ctx.data_dir, haystack_file(hid))
+                raws[hid] = parse_raw_haystack(ctx.inputs.json(path), path)
+            return raws[hid]
+
         hays = []
         for hid in section.haystacks:
             path = posixpath.join(ctx.data_dir, haystack_file(hid))
-            raw = parse_raw_haystack(ctx.inputs.json(path), path)
+            raw = raw_of(hid)
             for si, sub in enumerate(raw.subtopics):
                 have = {RELEASED_SETTINGS.get(k, k) for k in sub.retriever}
                 for setting, model in needed.items():
@@ -124,11 +163,87 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
             if section.subtopics is not None:
                 hay = hay.model_copy(update={"subtopics": hay.subtopics[: section.subtopics]})
             hays.append(hay)
+        hays += self.recombined(ctx, raw_of)
+        made, failures = self.synthesized(ctx, ask)
+        hays += made
         n_sub = sum(len(h.subtopics) for h in hays)
         n_ins = sum(len(s.insights) for h in hays for s in h.subtopics)
+        n_derived = sum(1 for h in hays if h.derived is not None)
         return Constructed(
-            hays, summary=f"{len(hays)} haystacks, {n_sub} subtopics, {n_ins} insights"
+            hays,
+            failures=failures,
+            summary=f"{len(hays)} haystacks ({n_derived} derived), {n_sub} subtopics,"
+            f" {n_ins} insights",
         )
+
+    def recombined(self, ctx: Ctx, raw_of: Callable[[str], RawHaystack]) -> list[Haystack]:
+        """The length study's haystacks: each target's task at each length (recombine.py)."""
+        from pipeline.benchmarks.summhay.recombine import recombine
+        from pipeline.retrieval.tokens import count_tokens_batch
+
+        lengths = ctx.section.lengths
+        out = []
+        for target in lengths.haystacks:
+            domain = domain_of(target)
+            pool = [(h, raw_of(h)) for h in HAYSTACK_IDS if h != target and domain_of(h) == domain]
+            for tokens in sorted(lengths.tokens):
+                hay = recombine(
+                    target, raw_of(target), pool, tokens, ctx.params.seed, count_tokens_batch
+                )
+                if ctx.section.subtopics is not None:
+                    hay = hay.model_copy(
+                        update={"subtopics": hay.subtopics[: ctx.section.subtopics]}
+                    )
+                out.append(hay)
+        return out
+
+    def synthesized(
+        self, ctx: Ctx, ask: Asker | None
+    ) -> tuple[list[Haystack], list[tuple[str, str]]]:
+        """New haystacks through the construction model (synthesis.py); a haystack whose making
+        failed is a failure of the stage (the others are written; every answer is cached)."""
+        from pipeline.benchmarks.summhay.synthesis import (
+            SynthesisFailed,
+            Synthesizer,
+            load_prompts,
+        )
+        from pipeline.retrieval.tokens import count_tokens_batch
+
+        cfg = ctx.section.synthesis
+        if not cfg.haystacks:
+            return [], []
+        if ask is None or cfg.llm is None:
+            raise ConfigError("summhay.synthesis: no construction model (synthesis.llm)")
+        spec = ctx.params.judges.get(cfg.llm)
+        if not isinstance(spec, OpenAIJudge):
+            raise ConfigError(f"summhay.synthesis.llm: judges.{cfg.llm} is not an openai entry")
+        prompts = load_prompts(ctx.inputs, cfg)
+        made, failures = [], []
+        for entry in cfg.haystacks:
+            for path in entry.seed_documents:
+                if not ctx.inputs.exists(path):
+                    raise DataError(
+                        "seed document not found",
+                        file=path,
+                        item=f"synthesis haystack {entry.id!r}",
+                        field="seed_documents",
+                    )
+            synth = Synthesizer(
+                entry,
+                cfg,
+                prompts,
+                ask,
+                ctx.params.seed,
+                spec.json_mode,
+                (spec.price_input_per_1m, spec.price_output_per_1m),
+                count_tokens_batch,
+                [(p, ctx.inputs.text(p)) for p in entry.seed_documents],
+            )
+            try:
+                made.append(synth.run())
+            except SynthesisFailed as e:
+                failures.append((synth.hid, str(e)))
+        return made, failures
 
     def items(self, dataset: Sequence[Haystack]) -> dict[str, Subtopic]:
         return {s.item_id: s for h in dataset for s in h.subtopics}
@@ -193,11 +308,16 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
             " the mean citation F1 over covered insights. Generated by lfbench; see"
             " metrics/summhay.json."
         )
+        derived = derived_table(dataset)
+        from pipeline.benchmarks.summhay import plots
+        from pipeline.benchmarks.summhay.report import LENGTH_PLOT, length_views
+
         return Aggregated(
-            metrics={"rows": rows},
+            metrics={"rows": rows, "derived": derived},
             summary=summary(rows),
-            report=render(rows, note),
+            report=render(rows, note, derived),
             runs=run_rows(rows, details, scoring.partial_credit),
+            figures={LENGTH_PLOT: plots.length_scaling(length_views(rows))},
         )
 
     def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:

@@ -109,3 +109,39 @@ def position_sensitivity(rows: Sequence[Mapping[str, Any]], title: str) -> bytes
     ax.legend(loc="upper left", ncol=4, frameon=False)
     fig.tight_layout()
     return png(fig)
+
+
+def length_scaling(views: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]]) -> bytes:
+    """Joint against haystack length (cl100k_base tokens, log scale): one panel per (domain,
+    judge, mode) view of the length study's rows, one line per (system, setting). A run without
+    a length study gets a panel that says so (the file is a stage output either way)."""
+    from pipeline.benchmarks.summhay.report import length_of
+
+    style()
+    n = max(1, len(views))
+    fig, axes = plt.subplots(1, n, figsize=(6.0 * n, 3.9), squeeze=False)
+    if not views:
+        ax = axes[0][0]
+        ax.text(0.5, 0.5, "no length study in this run (summhay.lengths)", ha="center")
+        ax.set_axis_off()
+    for ax, ((domain, judge, mode), rows) in zip(axes[0], sorted(views.items()), strict=False):
+        lines: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+        for r in rows:
+            length = length_of(str(r["collection"]))
+            if length is not None and r["joint"] is not None:
+                lines[(str(r["system"]), str(r["setting"]))].append((length, float(r["joint"])))
+        ticks = sorted({x for v in lines.values() for x, _ in v})
+        for (system, setting), pts in sorted(lines.items()):
+            pts.sort()
+            ax.plot(
+                [p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{system} / {setting}"
+            )
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{x / 1000:g}k" for x in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("haystack length (cl100k_base tokens of documents)")
+        ax.set_ylabel("Joint (0-100)")
+        ax.set_title(f"SummHay Joint by length ({domain}, {judge}, {mode})", fontsize=9)
+        ax.legend(loc="best", fontsize=7, frameon=False)
+    fig.tight_layout()
+    return png(fig)

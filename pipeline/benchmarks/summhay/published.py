@@ -43,6 +43,8 @@ def generations(
 ) -> Iterator[Generation]:
     """One Generation per released summary, for the haystacks of the dataset."""
     for hay in dataset:
+        if hay.derived is not None:
+            continue  # nothing was released for a derived haystack
         path, raw = raw_haystack(inputs, data_dir, hay.haystack_id)
         wanted = {s.subtopic_id for s in hay.subtopics}
         for sub in raw.subtopics:

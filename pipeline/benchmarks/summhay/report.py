@@ -1,8 +1,11 @@
 """A markdown report laid out like the paper's Table 2 (summarizers x settings, Coverage /
-Citation / Joint) and Table 3 (position sensitivity), one section per (domain, judge, mode)."""
+Citation / Joint) and Table 3 (position sensitivity), one section per (domain, judge, mode) of
+the released haystacks and of each derived collection (`news@50k`, `news@synthetic`); then the
+length study (Joint by haystack length) and what synthesis did."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -38,14 +41,105 @@ def position_sensitivity(cells: dict[str, float | None]) -> float | None:
     return max(abs(top - rnd), abs(bottom - rnd))
 
 
-def render(rows: Sequence[dict[str, Any]], dataset_note: str) -> str:
+_LENGTH = re.compile(r"^(\d+(?:\.\d+)?)k$")
+
+
+def length_of(collection: str) -> float | None:
+    """The target length (tokens) of a length-study collection (`50k` -> 50000), else None."""
+    m = _LENGTH.match(collection)
+    return float(m.group(1)) * 1000 if m else None
+
+
+def _where(r: dict[str, Any]) -> str:
+    c = r.get("collection", "released")
+    return str(r["domain"]) if c == "released" else f"{r['domain']}@{c}"
+
+
+def render(
+    rows: Sequence[dict[str, Any]],
+    dataset_note: str,
+    derived: Sequence[dict[str, Any]] = (),
+) -> str:
+    """The report: a section per view, the length study, and (`derived`: the dataset's derived
+    haystacks, as `derived_table` lists them) how each derived haystack was made."""
     out = ["# SummHay results", "", dataset_note, ""]
     sections: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        sections[(r["domain"], r["judge"], r["mode"])].append(r)
+        sections[(_where(r), r["judge"], r["mode"])].append(r)
     for (domain, judge, mode), srows in sorted(sections.items()):
         out += _section(domain, judge, mode, srows)
+    out += length_section(rows)
+    if length_views(rows):
+        out += [f"![Joint by haystack length]({LENGTH_PLOT})", ""]
+    out += derived_section(derived)
     return "\n".join(out).rstrip() + "\n"
+
+
+def length_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Joint (Coverage / Citation) of each system and setting at each length of the study."""
+    study = [r for r in rows if length_of(str(r.get("collection", ""))) is not None]
+    if not study:
+        return []
+    lengths = sorted({str(r["collection"]) for r in study}, key=lambda c: length_of(c) or 0)
+    cell = {
+        (r["domain"], r["judge"], r["mode"], r["system"], r["setting"], r["collection"]): r
+        for r in study
+    }
+    keys = sorted({k[:5] for k in cell})
+    out = [
+        "## Length study: Joint (Coverage / Citation) by haystack length",
+        "",
+        "The same subtopics in haystacks of each length (cl100k_base tokens of documents),"
+        " recombined from the released documents: shorter ones keep a subset of the topic's"
+        " documents, longer ones add documents of the other topics of the domain.",
+        "",
+        "| Domain | Judge | Mode | Summarizer | Setting | " + " | ".join(lengths) + " |",
+        "|---" * (5 + len(lengths)) + "|",
+    ]
+    for k in keys:
+        vals = []
+        for c in lengths:
+            r = cell.get((*k, c))
+            vals.append(
+                "-"
+                if r is None
+                else f"{_fmt(r['joint'])} ({_fmt(r['coverage'])} / {_fmt(r['citation'])})"
+            )
+        out.append("| " + " | ".join([*k, *vals]) + " |")
+    out.append("")
+    return out
+
+
+def derived_section(derived: Sequence[dict[str, Any]]) -> list[str]:
+    if not derived:
+        return []
+    out = [
+        "## Derived haystacks",
+        "",
+        "| Haystack | Kind | Documents | Tokens | Subtopics | Insights | Made of | Recipe |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in derived:
+        out.append(
+            f"| {d['haystack']} | {d['kind']} | {d['documents']} | {d['tokens']} |"
+            f" {d['subtopics']} | {d['insights']} | {', '.join(d['sources']) or '-'} |"
+            f" `{d['recipe_sha'][:12]}` |"
+        )
+    out.append("")
+    synth = [d for d in derived if d["kind"] == "synthesized"]
+    if synth:
+        keys = [
+            k for k in synth[0]["figures"] if not isinstance(synth[0]["figures"][k], list | dict)
+        ]
+        out += ["### Synthesis: checks, rewrites and residual failures", ""]
+        out.append("| Figure | " + " | ".join(d["haystack"] for d in synth) + " |")
+        out.append("|---" * (1 + len(synth)) + "|")
+        for k in keys:
+            out.append(
+                f"| {k} | " + " | ".join(str(d["figures"].get(k, "-")) for d in synth) + " |"
+            )
+        out.append("")
+    return out
 
 
 def _section(domain: str, judge: str, mode: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -100,7 +194,8 @@ def _section(domain: str, judge: str, mode: str, rows: list[dict[str, Any]]) -> 
             )
         out.append("")
     out += _problems_and_cost(rows)
-    out += _paper_comparison(cell)
+    if "@" not in domain:  # the paper scored the released haystacks only
+        out += _paper_comparison(cell)
     return out
 
 
@@ -181,7 +276,7 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     figs: list[tuple[str, bytes]] = []
     views: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        views[(r["domain"], r["judge"], r["mode"])].append(r)
+        views[(_where(r), r["judge"], r["mode"])].append(r)
     for (domain, judge, mode), vrows in sorted(views.items()):
         png = plots.position_sensitivity(
             vrows, f"SummHay position sensitivity ({domain}, {judge}, {mode})"
@@ -202,4 +297,26 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
                     plots.joint_by_setting(sys_rows, title),
                 )
             )
+    figs += length_figures(rows)
     return ReportSection(out, figs)
+
+
+LENGTH_PLOT = "summhay_length.png"
+
+
+def length_views(
+    rows: Sequence[dict[str, Any]],
+) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    views: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if length_of(str(r.get("collection", ""))) is not None:
+            views[(r["domain"], r["judge"], r["mode"])].append(r)
+    return dict(views)
+
+
+def length_figures(rows: Sequence[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """(caption, PNG) of Joint by length, when the rows hold a length study."""
+    from pipeline.benchmarks.summhay import plots
+
+    views = length_views(rows)
+    return [("Joint by haystack length", plots.length_scaling(views))] if views else []
