@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -54,6 +55,11 @@ RUNNER_VARS = (ENV_GIT_COMMIT, ENV_GIT_DIRTY, ENV_RUNTIME, ENV_IMAGE_DIGEST, ENV
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECORD_VERSION = 1
 PING_TIMEOUT_S = 5
+# Every call after the ping (create, attach, wait, stop, remove): a busy engine on 2 cores can take
+# well over the ping's 5 s to remove a container, and a call cut short by the client's timeout
+# may leave the container behind.
+CALL_TIMEOUT_S = 300
+REMOVE_ATTEMPTS = 5
 
 
 def sha256_file(path: Path) -> str:
@@ -74,6 +80,7 @@ def docker_client(timeout: int = PING_TIMEOUT_S) -> Any | None:
 
         client = docker.from_env(timeout=timeout)
         client.ping()
+        client.api.timeout = max(timeout, CALL_TIMEOUT_S)
         return client
     except Exception as e:  # noqa: BLE001 - any failure means "no engine here"
         log.debug("no Docker engine answers: %s", e)
@@ -530,13 +537,39 @@ def run_stage_in_container(
                 try:
                     container.stop(timeout=10)
                 finally:
-                    container.remove(force=True)
+                    remove_container(client, container.id)
                 raise
     finally:
+        remove_container(client, container.id)
+
+
+def remove_container(client: Any, container_id: str) -> bool:
+    """Remove a container for sure: retried (an engine under load may fail or time out), and
+    checked gone. Says so, naming it, if it could not be removed."""
+    import docker.errors
+
+    error: Exception | None = None
+    for attempt in range(REMOVE_ATTEMPTS):
         try:
-            container.remove(force=True)
-        except Exception as e:  # noqa: BLE001 - already removed, or the engine went away
-            log.debug("container %s: %s", container.short_id, e)
+            client.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            return True
+        except Exception as e:  # noqa: BLE001 - a conflict (removal in progress), a timeout, ...
+            error = e
+        try:
+            client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return True
+        except Exception as e:  # noqa: BLE001 - the engine went away
+            error = e
+        time.sleep(0.5 * (attempt + 1))
+    log.warning(
+        "container %s could not be removed (%s): `docker rm -f %s`",
+        container_id[:12],
+        error,
+        container_id[:12],
+    )
+    return False
 
 
 def stage_argv(stage: str, args: Sequence[str], params_path: Path) -> list[str]:
