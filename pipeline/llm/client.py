@@ -703,6 +703,7 @@ async def run_chat(
         output_tokens=sum(r.output_tokens for r in sent),
         cost_usd=sum(r.cost_usd for r in final),
         wall_s=round(time.monotonic() - t0, 3),
+        truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason == "length"),
     )
     log.info(
         "%s: %d items: cache %d hits / %d misses, journal %d hits, %d requests sent"

@@ -279,6 +279,10 @@ class Server:
                     resp = _error(e.status, e.message)
                 else:
                     finish = "stop"
+                    limit = body.get("max_tokens")
+                    if isinstance(limit, int) and n_tokens(content) > limit:
+                        # as a real server does: the answer ends at max_tokens
+                        content, finish = content[: 4 * limit], "length"
                     if fault == "truncated":
                         content, finish = content[: len(content) // 2], "length"
                     resp = web.json_response(self._completion(body, content, finish))

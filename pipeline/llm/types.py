@@ -79,6 +79,7 @@ class UsageReport(BaseModel):
     output_tokens: int
     cost_usd: float
     wall_s: float
+    truncated: int = 0  # answers the server cut for length (finish_reason: length)
 
     def merged(self, other: UsageReport) -> UsageReport:
         """The sum of two reports (wall_s summed too); keeps this report's label."""

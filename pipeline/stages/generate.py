@@ -8,6 +8,7 @@ baseline, a replayed release, a benchmark's own) answers without a model call.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.core.benchmark import AnyBenchmark, Planned
@@ -29,10 +30,45 @@ from pipeline.stages.common import (
 log = logging.getLogger(__name__)
 
 
-def record(benchmark: str, model: str, spec: OpenAIModel, p: Planned, r: ChatResult) -> Generation:
+def truncation_cause(r: ChatResult, max_tokens: int) -> str:
+    """Why the server cut an answer for length, in words: `max_tokens`, or (an answer shorter
+    than that) the server's context window, which the prompt and the answer filled."""
+    if r.output_tokens and r.output_tokens < max_tokens:
+        return (
+            f"cut for length after {r.output_tokens} output tokens, below max_tokens"
+            f" ({max_tokens}): the prompt ({r.input_tokens} tokens) and the answer filled the"
+            " server's context window (raise it, e.g. llama.cpp --n_ctx or vLLM"
+            " --max-model-len, or give the model a shorter context)"
+        )
+    return f"stopped at max_tokens ({max_tokens}) after {r.output_tokens} output tokens"
+
+
+def record(
+    benchmark: str,
+    model: str,
+    spec: OpenAIModel,
+    p: Planned,
+    r: ChatResult,
+    first: ChatResult | None = None,
+) -> Generation:
     """The generation record of one planned request and its result: an empty answer or a request
-    that failed after the retries is an error (counted by the aggregate, never scored)."""
+    that failed after the retries is an error (counted by the aggregate, never scored); an answer
+    cut for length is kept and flagged (`meta.truncated`), or an error (`on_truncation: fail`).
+    `first`: the cut answer a retry replaced (its tokens and cost count too)."""
+    retried = first is not None
     ok = r.status == "ok" and bool((r.text or "").strip())
+    max_tokens = (spec.retry_max_tokens or 2 * spec.max_tokens) if retried else spec.max_tokens
+    cut = ok and r.finish_reason == "length"
+    error = None if ok else (r.error or "empty answer")
+    if cut and spec.on_truncation == "fail":
+        ok, error = False, f"truncated: {truncation_cause(r, max_tokens)}"
+    meta = {**p.meta, "finish_reason": r.finish_reason}
+    if cut:
+        meta |= {"truncated": True, "truncation": truncation_cause(r, max_tokens)}
+    if retried:
+        meta["retried_max_tokens"] = max_tokens
+    tin = r.input_tokens + (first.input_tokens if first else 0)
+    tout = r.output_tokens + (first.output_tokens if first else 0)
     return Generation(
         benchmark=benchmark,
         item_id=p.item_id,
@@ -42,14 +78,14 @@ def record(benchmark: str, model: str, spec: OpenAIModel, p: Planned, r: ChatRes
         sample=p.sample,
         status="ok" if ok else "error",
         text=r.text if ok else None,
-        error=None if ok else (r.error or "empty answer"),
+        error=error,
         usage=Usage(
-            input_tokens=r.input_tokens,
-            output_tokens=r.output_tokens,
-            requests=1,
-            cost_usd=round(cost_usd(spec, r.input_tokens, r.output_tokens), 8),
+            input_tokens=tin,
+            output_tokens=tout,
+            requests=1 + retried,
+            cost_usd=round(cost_usd(spec, tin, tout), 8),
         ),
-        meta={**p.meta, "finish_reason": r.finish_reason},
+        meta=meta,
     )
 
 
@@ -79,17 +115,41 @@ def generate(
             journal_path=journal,
             label=stage,
         )
+        firsts: dict[int, ChatResult] = {}
+        cut = [i for i, r in enumerate(results) if r.status == "ok" and r.finish_reason == "length"]
+        if cut and spec.on_truncation == "retry":
+            # once more with the larger budget (its own cache key: max_tokens is part of it)
+            budget = spec.retry_max_tokens or 2 * spec.max_tokens
+            again = [replace(planned[i].request, max_tokens=budget) for i in cut]
+            redone, more = run_chat_sync(
+                endpoint, again, cache_path=cache, journal_path=journal, label=f"{stage} (retry)"
+            )
+            report = report.merged(more)
+            for i, r in zip(cut, redone, strict=True):
+                if r.status == "ok":
+                    firsts[i] = results[i]
+                    results[i] = r
+            log.info(
+                "%s: %d answers cut for length retried with max_tokens %d", stage, len(cut), budget
+            )
         gens = [
-            record(bench.name, model, spec, p, r) for p, r in zip(planned, results, strict=True)
+            record(bench.name, model, spec, p, r, firsts.get(i))
+            for i, (p, r) in enumerate(zip(planned, results, strict=True))
         ]
-        cut = [g for g in gens if g.status == "ok" and g.meta.get("finish_reason") == "length"]
-        if cut:
+        truncated = [g for g in gens if g.meta.get("truncated")]
+        report = report.model_copy(update={"truncated": len(truncated)})
+        if truncated:
+            kept = (
+                "failed (on_truncation: fail)" if spec.on_truncation == "fail" else "kept, flagged"
+            )
             log.warning(
-                "%s: %d outputs stopped at max_tokens and are scored as they are (first: %s);"
-                " raise max_tokens to avoid it",
+                "%s: %d of %d answers were cut for length and are %s; first, %s: %s",
                 stage,
-                len(cut),
-                cut[0].generation_id,
+                len(truncated),
+                len(gens),
+                kept,
+                truncated[0].generation_id,
+                truncated[0].meta["truncation"],
             )
     else:
         gens = bench.offline_generations(ctx, model, spec, dataset)

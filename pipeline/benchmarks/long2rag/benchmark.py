@@ -64,6 +64,7 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     params_model = Long2ragParams
     record = Question
     judge_prompts = ("judge_point", "judge_batch", "repair")
+    judge_schemas = judging.SCHEMAS
     model_specs = (Long2ragLeadModel,)
     judge_specs = (OverlapJudge,)
 

@@ -125,6 +125,31 @@ def parse_label(value: Any) -> str:
     return label
 
 
+# The answers' JSON schemas, for judges that ask for structured output with a schema.
+_LABEL = {"type": "string", "enum": list(LABELS)}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "judge_point": {
+        "type": "object",
+        "properties": {"verdict": _LABEL},
+        "required": ["verdict"],
+    },
+    "judge_batch": {
+        "type": "object",
+        "properties": {
+            "verdicts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"claim_id": {"type": "string"}, "verdict": _LABEL},
+                    "required": ["claim_id", "verdict"],
+                },
+            }
+        },
+        "required": ["verdicts"],
+    },
+}
+
+
 def parse_single(text: str | None) -> str:
     return parse_label(load_object(text).get("verdict"))
 

@@ -49,6 +49,7 @@ ROW_KEYS = (
     "n_bad_links",
     "n_failed_generations",
     "n_failed_judgements",
+    "n_truncated",
     "coverage_macro",
     "citation_macro",
     "joint_macro",
@@ -67,6 +68,7 @@ class _Group:
     details: list[dict[str, Any]] = field(default_factory=list)
     failed_generations: int = 0
     failed_judgements: int = 0
+    truncated: int = 0  # answers the server cut for length, kept and scored (flagged)
     invalid_judgements: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -150,6 +152,8 @@ def build_rows(
                 if gen.status == "error":
                     g.failed_generations += 1
                     continue
+                if gen.meta.get("truncated"):
+                    g.truncated += 1
                 if j is None or j.status == "error":
                     g.failed_judgements += 1
                     continue
@@ -192,6 +196,7 @@ def build_rows(
                 allg.details += src.details
                 allg.failed_generations += src.failed_generations
                 allg.failed_judgements += src.failed_judgements
+                allg.truncated += src.truncated
                 allg.invalid_judgements += src.invalid_judgements
                 allg.input_tokens += src.input_tokens
                 allg.output_tokens += src.output_tokens
@@ -228,6 +233,7 @@ def build_rows(
             "n_bad_links": p.n_bad_links,
             "n_failed_generations": g.failed_generations,
             "n_failed_judgements": g.failed_judgements,
+            "n_truncated": g.truncated,
             "coverage_macro": _r(m.coverage) if m else None,
             "citation_macro": _r(m.citation) if m else None,
             "joint_macro": _r(m.joint) if m else None,

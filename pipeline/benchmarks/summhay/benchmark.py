@@ -100,6 +100,7 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     params_model = SummhayParams
     record = Haystack
     judge_prompts = ("judge_insight", "judge_batch", "judge_repair")
+    judge_schemas = judging.SCHEMAS
     model_providers = frozenset({"openai", "published", "baseline"})
     judge_providers = frozenset({"openai", "published", "local"})
     agreement = HumanLabels()

@@ -68,6 +68,31 @@ def parse_batch(
     )
 
 
+# The answers' JSON schemas, for judges that ask for structured output with a schema.
+_PROPS: dict[str, Any] = {
+    "coverage": {"type": "string", "enum": list(COVERAGE_LABELS)},
+    "bullet_id": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+}
+_VERDICT = {"type": "object", "properties": _PROPS, "required": ["coverage", "bullet_id"]}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "judge_insight": _VERDICT,
+    "judge_batch": {
+        "type": "object",
+        "properties": {
+            "verdicts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"insight_id": {"type": "string"}, **_PROPS},
+                    "required": ["insight_id", "coverage", "bullet_id"],
+                },
+            }
+        },
+        "required": ["verdicts"],
+    },
+}
+
+
 # ---------------------------------------------------------------- requests
 
 

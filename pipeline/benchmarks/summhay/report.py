@@ -202,7 +202,7 @@ def _section(domain: str, judge: str, mode: str, rows: list[dict[str, Any]]) -> 
 def _problems_and_cost(rows: list[dict[str, Any]]) -> list[str]:
     """Failures and invalid judgements (left out of the scores, never counted as 0), and what the
     calls cost. Shown only when there is something to show (replayed outputs cost nothing)."""
-    keys = ("invalid_judgements", "n_failed_generations", "n_failed_judgements")
+    keys = ("invalid_judgements", "n_failed_generations", "n_failed_judgements", "n_truncated")
     shown = [r for r in rows if any(r.get(k) for k in keys) or r.get("cost_usd")]
     if not shown:
         return []
@@ -210,13 +210,14 @@ def _problems_and_cost(rows: list[dict[str, Any]]) -> list[str]:
         "### Invalid judgements, failures and cost",
         "",
         "| Summarizer | Setting | Summaries | Invalid judgements | Failed generations"
-        " | Failed judgements | Tokens in | Tokens out | Cost (USD) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " | Failed judgements | Cut for length | Tokens in | Tokens out | Cost (USD) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(shown, key=lambda r: (r["system"], r["setting"])):
         out.append(
             f"| {r['system']} | {r['setting']} | {r['n_summaries']} | {r['invalid_judgements']}"
-            f" | {r['n_failed_generations']} | {r['n_failed_judgements']} | {r['input_tokens']}"
+            f" | {r['n_failed_generations']} | {r['n_failed_judgements']}"
+            f" | {r.get('n_truncated', 0)} | {r['input_tokens']}"
             f" | {r['output_tokens']} | {r['cost_usd']:.4f} |"
         )
     out.append("")

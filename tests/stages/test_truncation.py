@@ -1,0 +1,143 @@
+"""Answers cut for length (finish_reason: length), through the generate stage against the test
+server (which ends an answer at the request's max_tokens, as a real server does): kept and
+flagged, retried with a larger budget, or failed, and counted in the usage file; and the warning
+names the real cause."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.core import registry
+from pipeline.core.benchmark import response_format
+from pipeline.core.config import OpenAIJudge, validate_params
+from pipeline.core.errors import StageFailed
+from pipeline.llm.testserver import TestServer
+from pipeline.llm.types import ChatResult
+from pipeline.stages.construct import construct
+from pipeline.stages.generate import generate, truncation_cause
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSWER = "- " + "word " * 99 + "[1]"  # 500 characters: 125 test-server tokens
+
+
+def long_answer(body: dict[str, Any]) -> str:
+    return ANSWER
+
+
+def _run(
+    tmp_path: Path, haystack: dict[str, Any], write: Callable[..., Path], **model: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    path = write(haystack, "topic_news1.json")
+    with TestServer(
+        responder="tests.stages.test_truncation:long_answer", log_path=tmp_path / "s.log", cwd=ROOT
+    ) as srv:
+        entry = {
+            "provider": "openai",
+            "base_url": srv.base_url,
+            "model": "tiny",
+            "api_key_env": None,
+            "settings": ["oracle"],
+            "max_tokens": 50,
+            **model,
+        }
+        params = validate_params(
+            {
+                "models": {"tiny": entry},
+                "judges": {"local": {"provider": "local"}},
+                "summhay": {"haystacks": ["news1"], "models": ["tiny"], "judges": ["local"]},
+            },
+            benchmarks=["summhay"],
+        )
+        bench = registry.get("summhay")
+        ds, out = tmp_path / "ds.jsonl", tmp_path / "tiny.jsonl"
+        construct(bench, params, path.parent, ds, ROOT)
+        try:
+            generate(bench, params, "tiny", ds, path.parent, out, ROOT)
+        finally:
+            log = srv.log()
+    gens = [json.loads(line) for line in out.read_text().splitlines()]
+    usage = json.loads(out.with_name("tiny.usage.json").read_text())
+    return gens, usage, log
+
+
+def test_kept_and_flagged(
+    tmp_path: Path, haystack: dict[str, Any], write_haystack: Callable[..., Path]
+) -> None:
+    gens, usage, log = _run(tmp_path, haystack, write_haystack)
+    assert len(gens) == 2 and all(g["status"] == "ok" for g in gens)
+    for g in gens:
+        assert g["text"] == ANSWER[:200] and g["meta"]["truncated"] is True
+        assert g["meta"]["truncation"] == "stopped at max_tokens (50) after 50 output tokens"
+    assert usage["truncated"] == 2 and usage["requests_sent"] == 2
+    assert len(log) == 2
+
+
+def test_retried_with_a_larger_budget(
+    tmp_path: Path, haystack: dict[str, Any], write_haystack: Callable[..., Path]
+) -> None:
+    gens, usage, log = _run(
+        tmp_path, haystack, write_haystack, on_truncation="retry", retry_max_tokens=200
+    )
+    assert [g["text"] for g in gens] == [ANSWER, ANSWER]
+    assert all(g["meta"]["retried_max_tokens"] == 200 for g in gens)
+    assert all("truncated" not in g["meta"] for g in gens)
+    # 2 first answers + 2 retries; nothing left cut
+    assert usage["requests_sent"] == 4 and usage["truncated"] == 0 and len(log) == 4
+    # each generation's usage counts its cut first answer (50 tokens) and its retry (125)
+    assert [(g["usage"]["output_tokens"], g["usage"]["requests"]) for g in gens] == [(175, 2)] * 2
+    assert usage["output_tokens"] == 2 * 175
+
+
+def test_failed(
+    tmp_path: Path, haystack: dict[str, Any], write_haystack: Callable[..., Path]
+) -> None:
+    with pytest.raises(StageFailed, match="2 item"):
+        _run(tmp_path, haystack, write_haystack, on_truncation="fail")
+    gens = [json.loads(line) for line in (tmp_path / "tiny.jsonl").read_text().splitlines()]
+    assert all(g["status"] == "error" for g in gens)
+    assert gens[0]["error"].startswith("truncated: stopped at max_tokens (50)")
+
+
+def test_the_warning_names_the_context_window_when_the_answer_is_short() -> None:
+    r = ChatResult(
+        key="k", cache_key="c", status="ok", text="x", finish_reason="length",
+        input_tokens=8150, output_tokens=42,
+    )  # fmt: skip
+    cause = truncation_cause(r, 512)
+    assert cause.startswith("cut for length after 42 output tokens, below max_tokens (512)")
+    assert "prompt (8150 tokens)" in cause and "context window" in cause
+
+
+SCHEMA = {"type": "object", "properties": {"v": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(
+    ("structured", "json_mode", "want"),
+    [
+        (None, True, {"type": "json_object"}),
+        (None, False, None),
+        ("json_object", False, {"type": "json_object"}),
+        ("json_object_schema", True, {"type": "json_object", "schema": SCHEMA}),
+        (
+            "json_schema",
+            True,
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "p", "schema": SCHEMA, "strict": False},
+            },
+        ),
+    ],
+)
+def test_structured_output_forms(structured: Any, json_mode: bool, want: Any) -> None:
+    spec = OpenAIJudge(
+        provider="openai", base_url="http://x/v1", model="m", structured=structured,
+        json_mode=json_mode,
+    )  # fmt: skip
+    assert response_format(spec, SCHEMA, "p") == want
+    # a prompt the benchmark gives no schema for: a plain JSON object (or nothing)
+    assert response_format(spec, None, "p") == (None if want is None else {"type": "json_object"})
