@@ -44,6 +44,7 @@ STAGE_USAGE_KEYS = (
     "output_tokens",
     "cost_usd",
     "wall_s",
+    "truncated",
 )
 
 

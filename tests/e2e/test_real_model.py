@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 MODEL = "smollm2"
 GEN, JUDGE = "smol", "smol-judge"
+FREE = "smol-free"  # the same model judging with no structured output: its JSON goes astray
 PRICE_IN, PRICE_OUT = 1.0, 2.0  # USD per 1M tokens: made up, to check the arithmetic
 SUMMARY_MAX_TOKENS = 24  # too few for a summary: the server cuts it (finish_reason: length)
 
@@ -114,11 +115,13 @@ def _configure(proj: Path, base_url: str) -> None:
     params["runtime"] = "local"
     params["models"][GEN] = {**endpoint, "max_tokens": SUMMARY_MAX_TOKENS, "settings": ["oracle"]}
     params["judges"][JUDGE] = {**endpoint, "max_tokens": 64, "structured": "json_object_schema"}
+    params["judges"][FREE] = {**endpoint, "max_tokens": 64, "json_mode": False}
     s = params["summhay"]
-    s.update(haystacks=["news1"], subtopics=1, models=[GEN], judges=[JUDGE])
+    s.update(haystacks=["news1"], subtopics=1, models=[GEN], judges=[JUDGE, FREE])
     s["rag_budget_tokens"] = 1200  # the model's context is 4096 tokens here
     s["lengths"]["haystacks"] = []
     s["agreement"] = {"max_samples": 1, "bootstrap_resamples": 0, "judge_vs_judge": False}
+    params["judges"]["local"]["train"]["haystacks"] = ["news1"]  # the DAG's local judge, sliced
     lr = params["long2rag"]
     lr["derived"].update(haystacks=["news1"], subtopics=2)
     lr.update(models=[GEN], judges=[JUDGE], settings=["rag_512"])
@@ -129,6 +132,7 @@ def _configure(proj: Path, base_url: str) -> None:
 STAGES = [
     f"summhay-generate@{GEN}",
     f"summhay-judge@{GEN}-{JUDGE}",
+    f"summhay-judge@{GEN}-{FREE}",
     f"long2rag-generate@{GEN}",
     f"long2rag-judge@{GEN}-{JUDGE}",
 ]
@@ -196,27 +200,55 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
         usage = json.loads((project / "generations" / "summhay" / f"{GEN}.usage.json").read_text())
         assert usage["truncated"] == 1 and usage["requests_sent"] == 1
         rows = json.loads((project / "metrics" / "summhay.json").read_text())["rows"]
-        (row,) = [r for r in rows if r["model"] == GEN]
-        assert row["n_truncated"] == 1 and row["n_summaries"] + row["n_failed_judgements"] == 1
+        by_judge = {r["judge"]: r for r in rows if r["model"] == GEN}
+        assert set(by_judge) == {JUDGE, FREE} and len(rows) == 2
+        for row in by_judge.values():
+            assert row["n_truncated"] == 1
+            assert row["n_summaries"] + row["n_failed_judgements"] == 1
+        from mlflow.tracking import MlflowClient
 
-        # ---- judging: every verdict is read or counted invalid after its one repair
+        client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("summhay")
+        runs = client.search_runs(
+            [exp.experiment_id],
+            filter_string=f"tags.`lfbench.current` = 'true' and params.system = '{GEN}'",
+        )
+        assert len(runs) == 2
+        for mlrun in runs:
+            assert mlrun.data.metrics["generate.truncated"] == 1
+            assert mlrun.data.metrics["generate.output_tokens"] == completion_tokens
+
+        # ---- judging: every verdict is read, or counted invalid after its one repair
+        counts = {}
+        for judge in (JUDGE, FREE):
+            path = project / "judgements" / "summhay" / GEN / f"{judge}.jsonl"
+            n, invalid = _judged(path)
+            usage = json.loads(path.with_suffix(".usage.json").read_text())
+            repairs = usage["items"] - n  # per-insight mode: one first request per verdict
+            assert n > 0 and repairs >= invalid and (invalid == 0 or repairs > 0)
+            assert by_judge[judge]["invalid_judgements"] == invalid
+            counts[judge] = (n, repairs, invalid)
+        # the schema-constrained judge answers in the shape the parser takes; the same model
+        # left to itself does not (its unusable answers were repaired, then counted)
+        assert counts[FREE][1] > 0 and counts[JUDGE][2] < counts[FREE][2]
         s_path = project / "judgements" / "summhay" / GEN / f"{JUDGE}.jsonl"
-        n, invalid = _judged(s_path)
-        s_usage = json.loads(s_path.with_suffix(".usage.json").read_text())
-        repairs = s_usage["items"] - n  # per-insight mode: one first request per verdict
-        assert n > 0 and repairs >= invalid and (invalid == 0 or repairs > 0)
-        assert row["invalid_judgements"] == invalid
         l_path = project / "judgements" / "long2rag" / GEN / f"{JUDGE}.jsonl"
         ln, linvalid = _judged(l_path)
         assert ln > 0 and len(jsonl(l_path)) == 2  # two questions, one answer each
         print(
-            f"real model e2e: {elapsed:.0f} s, {served} completions; summhay: {n} verdicts,"
-            f" {repairs} repairs, {invalid} invalid; long2rag: {ln} verdicts, {linvalid} invalid"
+            f"real model e2e: {elapsed:.0f} s, {served} completions; summhay (verdicts, repairs,"
+            f" invalid): {counts}; long2rag: {ln} verdicts, {linvalid} invalid"
         )
+        print("summary:", json.dumps(gen["text"]))
+        for judge in (JUDGE, FREE):
+            path = project / "judgements" / "summhay" / GEN / f"{judge}.jsonl"
+            for v in jsonl(path)[0]["verdicts"][:3]:
+                print(judge, v["label"], v["link"], json.dumps(v["raw"])[:160])
 
         # ---- a re-run sends nothing: every answer comes from the response cache
         before = completions(log)
-        outs = {p: p.read_bytes() for p in (s_path, l_path)}
+        free = project / "judgements" / "summhay" / GEN / f"{FREE}.jsonl"
+        outs = {p: p.read_bytes() for p in (s_path, free, l_path)}
         run(["dvc", "repro", "-f", *STAGES], project)
         assert completions(log) == before
         for p, data in outs.items():
@@ -224,6 +256,7 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
         for usage_file in (
             project / "generations" / "summhay" / f"{GEN}.usage.json",
             s_path.with_suffix(".usage.json"),
+            free.with_suffix(".usage.json"),
             project / "generations" / "long2rag" / f"{GEN}.usage.json",
             l_path.with_suffix(".usage.json"),
         ):

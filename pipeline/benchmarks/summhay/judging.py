@@ -68,24 +68,35 @@ def parse_batch(
     )
 
 
-# The answers' JSON schemas, for judges that ask for structured output with a schema.
-_PROPS: dict[str, Any] = {
-    "coverage": {"type": "string", "enum": list(COVERAGE_LABELS)},
-    "bullet_id": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
-}
-_VERDICT = {"type": "object", "properties": _PROPS, "required": ["coverage", "bullet_id"]}
+# The answers' JSON schemas, for judges that ask for structured output with a schema: a covered
+# insight names a bullet number (1 or more), an uncovered one "NA", so a schema-constrained answer
+# has the shape the parser takes (a bullet past the summary's last is still refused there).
+def _verdict_schema(extra: dict[str, Any]) -> dict[str, Any]:
+    def shape(labels: list[str], link: dict[str, Any]) -> dict[str, Any]:
+        props = {**extra, "coverage": {"type": "string", "enum": labels}, "bullet_id": link}
+        return {
+            "type": "object",
+            "properties": props,
+            "required": [*extra, "coverage", "bullet_id"],
+        }
+
+    covered = [x for x in COVERAGE_LABELS if x != "NO_COVERAGE"]
+    return {
+        "anyOf": [
+            shape(covered, {"type": "integer", "minimum": 1}),
+            shape(["NO_COVERAGE"], {"type": "string", "enum": ["NA"]}),
+        ]
+    }
+
+
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "judge_insight": _VERDICT,
+    "judge_insight": _verdict_schema({}),
     "judge_batch": {
         "type": "object",
         "properties": {
             "verdicts": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"insight_id": {"type": "string"}, **_PROPS},
-                    "required": ["insight_id", "coverage", "bullet_id"],
-                },
+                "items": _verdict_schema({"insight_id": {"type": "string"}}),
             }
         },
         "required": ["verdicts"],
