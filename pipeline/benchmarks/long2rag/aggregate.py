@@ -29,6 +29,7 @@ ROW_KEYS = (
     "n_unjudged_questions",
     "invalid_verdicts",
     "failed_generations",
+    "truncated_generations",
     "neutral",
     "by_domain",
     "by_category",
@@ -83,11 +84,13 @@ def build_rows(
                 cells.setdefault((g.system, g.setting), []).append(g)
         for (system, setting), gens in sorted(cells.items()):
             verdicts = []
-            failed = 0
+            failed = truncated = 0
             for g in gens:
                 if g.status != "ok":
                     failed += 1
                     continue
+                # cut for length by the server and kept (on_truncation: keep): scored, counted
+                truncated += bool(g.meta.get("truncated"))
                 j = js.get((g.item_id, system, setting))
                 if j is not None and j.status == "error":
                     j = None
@@ -102,6 +105,7 @@ def build_rows(
                 "model": run.model,
                 **total.as_dict(),
                 "failed_generations": failed,
+                "truncated_generations": truncated,
                 "neutral": neutral,
                 "by_domain": _section(breakdown(verdicts, domain.__getitem__, neutral)),
                 "by_category": _section(breakdown(verdicts, category.__getitem__, neutral)),

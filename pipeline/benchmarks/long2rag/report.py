@@ -18,14 +18,15 @@ def render(rows: Sequence[dict[str, Any]], agreement: Sequence[dict[str, Any]], 
     lines = ["# Long²RAG: Key Point Recall", "", note, ""]
     lines += [
         "| System | Setting | Judge | KPR | Questions | Key points | Excluded (no key points)"
-        " | Unjudged | Invalid verdicts | Failed generations |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        " | Unjudged | Invalid verdicts | Failed generations | Truncated (kept) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['system']} | {r['setting']} | {r['judge']} | {_f(r['kpr'])} |"
             f" {r['n_questions']} | {r['n_key_points']} | {r['n_excluded_questions']} |"
             f" {r['n_unjudged_questions']} | {r['invalid_verdicts']} | {r['failed_generations']} |"
+            f" {r.get('truncated_generations', 0)} |"
         )
     for section, title in (
         ("by_domain", "domain"),

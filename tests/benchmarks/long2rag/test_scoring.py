@@ -124,6 +124,9 @@ def test_build_rows_from_records() -> None:
             setting="long_context",
             status="ok",
             text="x",
+            meta={"truncated": True, "truncation": "stopped at max_tokens (5)"}
+            if i == "q2"
+            else {},
         )
         for i in ("q1", "q2", "q4")
     ]
@@ -173,8 +176,11 @@ def test_build_rows_from_records() -> None:
     assert lc["by_domain"]["conv"] == {"kpr": None, "n_questions": 0}
     assert lc["by_length"]["<8000"]["kpr"] == pytest.approx(1 / 3)
     assert lc["by_length"][">=8000"]["kpr"] == pytest.approx(1.0)
+    # q2's answer was cut for length and kept: scored (its KPR is in the mean) and counted
+    assert (lc["truncated_generations"], lc["failed_generations"]) == (1, 0)
     rag = by_setting["rag_512"]
     assert rag["kpr"] is None and rag["failed_generations"] == 1 and rag["n_questions"] == 0
+    assert rag["truncated_generations"] == 0
     assert len(details[("m", "long_context", "j", "m")]) == 3
 
 
