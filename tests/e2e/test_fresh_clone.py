@@ -30,7 +30,18 @@ def test_fresh_clone_reproduces_committed_results(tmp_path: Path, mirror: Path) 
     assert "Data and pipelines are up to date" in run(["dvc", "status"], clone).stdout
     # Nothing committed changed: same hashes in dvc.lock, same metrics file.
     changed = run(["git", "status", "--porcelain", "--untracked-files=no"], clone).stdout
-    assert changed == "", f"the re-run changed committed files:\n{changed}"
+    if changed:
+        # Say what differs, and on what CPU, so a failure on another machine can be read
+        diff = run(["git", "diff", "--", "dvc.lock", "metrics"], clone).stdout
+        cpu = (
+            Path("/proc/cpuinfo").read_text(encoding="utf-8")
+            if Path("/proc/cpuinfo").exists()
+            else ""
+        )
+        flags = sorted({f for f in cpu.split() if f.startswith(("avx", "fma", "f16c"))})
+        pytest.fail(
+            f"the re-run changed committed files:\n{changed}\nCPU flags: {flags}\n{diff[:12000]}"
+        )
 
     rows = json.loads((clone / "metrics" / "summhay.json").read_text())["rows"]
     assert len({(r["system"], r["setting"]) for r in rows if r["model"] == "published"}) == 78
