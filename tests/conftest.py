@@ -149,7 +149,11 @@ def project(tmp_path: Path, mirror: Path) -> Path:
     Uses the files as they are on disk (so tests see uncommitted edits), without dvc.lock and
     the committed metrics, so every stage runs.
     """
-    dest = tmp_path / "proj"
+    return make_project(tmp_path / "proj", mirror)
+
+
+def make_project(dest: Path, mirror: Path) -> Path:
+    """The `project` fixture's work, for fixtures of a wider scope."""
     for rel in tracked_files():
         src = ROOT / rel
         if not src.exists() or rel in ("dvc.lock", "metrics/summhay.json"):

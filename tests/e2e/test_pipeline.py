@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import yaml
 
 from pipeline.core.lineage import stage_md5
 from pipeline.core.records import generation_id
-from tests.conftest import run, slice_crud_rag, slice_crux
+from tests.conftest import make_project, run, slice_crud_rag, slice_crux
 
 pytestmark = pytest.mark.slow
 
@@ -84,12 +85,24 @@ def _runs(proj: Path, current_only: bool = True) -> list[Any]:
     return list(client.search_runs([exp.experiment_id], filter_string=filt, max_results=1000))
 
 
-@pytest.fixture
-def repro(project: Path) -> tuple[Path, str]:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> tuple[Path, str]:
+    """One sliced `dvc repro` for the whole module (each test gets its own copy: `repro`)."""
+    project = make_project(tmp_path_factory.mktemp("built") / "proj", mirror)
     _edit_params(project, _slice)
     _commit(project, "slice")
     out = run(["dvc", "repro"], project)
     return project, out.stdout + out.stderr
+
+
+@pytest.fixture
+def repro(built: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    """A copy of the module's repro'd project (git, DVC cache, MLflow store and outputs), so a
+    test may change it freely. The MLflow experiments keep their artifact folders under the
+    original project: new runs of a copy write their artifacts there, under their own run ids."""
+    proj = tmp_path / "proj"
+    shutil.copytree(built[0], proj, symlinks=True)
+    return proj, built[1]
 
 
 def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
