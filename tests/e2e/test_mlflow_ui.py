@@ -66,6 +66,14 @@ def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["runtime"] = "local"
     params["models"]["published"]["systems"] = ["gpt-4o", "gemini-1.5-pro"]
+    # SummHay whole (the compare test's 42 items); the rest as small as test_pipeline's slice
+    params["summhay"]["lengths"]["haystacks"] = []
+    params["judges"]["local"]["train"]["haystacks"] = ["news1"]
+    params["long2rag"]["derived"]["haystacks"] = ["news1"]
+    params["long2rag"]["derived"]["subtopics"] = 3
+    params["long2rag"]["settings"] = ["long_context", "rag_512"]
+    params["long2rag"]["models"] = ["l2r-lead"]
+    params["long2rag"]["judges"] = ["l2r-overlap"]
     slice_crux(params)
     slice_crud_rag(params)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
