@@ -236,3 +236,25 @@ def keep_builtin_entries(
     models["lead"] = params["models"]["lead"]
     judges["crud-text"] = params["judges"]["crud-text"]
     return models, judges
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Any:
+    """One PostgreSQL server on 127.0.0.1 for the session (Debian's postgresql, as `lfbench team
+    up` starts it); each test makes its own database with `postgres.create_database(name)`."""
+    import socket
+    import tempfile
+
+    from pipeline.team import Postgres
+
+    root = Path(tempfile.mkdtemp(prefix="lfbench-pg-"))
+    root.chmod(0o755)  # the server runs as `postgres` when the tests run as root
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    pg = Postgres(root / "data", port).start()
+    try:
+        yield pg
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)

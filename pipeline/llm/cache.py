@@ -1,38 +1,55 @@
-"""Content-addressed response cache: one SQLite file shared by all stages and processes.
+"""Content-addressed response cache, shared by every stage and process, and by a team.
 
-WAL mode and a busy timeout make it safe for several processes (parallel DVC stages) at once.
-Lookups are batched at the start of a run; writes go through a writer thread that commits in
-batches, so the event loop never waits for SQLite.
+Two backends, one schema and one set of guarantees:
+
+- SQLite (the default, one machine): `.lfbench/cache/llm.sqlite`, or ``LFBENCH_CACHE_URL=sqlite:///
+  /abs/path.sqlite`` to share one file between workspaces (e.g. `dvc exp run --queue` workers).
+  WAL mode and a busy timeout make it safe for several processes at once.
+- PostgreSQL (a team): ``LFBENCH_CACHE_URL=postgresql://user@host:port/db``, shared by every
+  machine. The password comes from the URL's environment (``PGPASSWORD``) or ``~/.pgpass``, as
+  libpq reads them; it is never logged.
+
+Every entry carries a SHA-256 of its content, checked on every read: an entry that fails it is
+refused, counted (``corrupt``), logged with its key, and fetched again (the new answer overwrites
+it). A cache hit is therefore always the bytes that were stored.
+
+Claims: a worker that is about to send a request first claims its key (a row in ``claims`` with
+an owner and a lease). Another worker that needs the same key at the same moment waits for the
+answer instead of sending it again. The owner renews its leases while it lives (a heartbeat
+thread); a worker that dies stops renewing, its leases run out, and a waiting worker claims the
+key and sends it. An answer and the release of its claim are one transaction, and a worker
+re-reads the cache after winning a claim, so no answer is ever fetched twice by two live workers.
+
+Lookups are batched; writes go through a writer thread that commits in batches, so the event
+loop never waits for the database.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.core.errors import LfbenchError
 
 log = logging.getLogger("lfbench.llm")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    key TEXT PRIMARY KEY,
-    text TEXT NOT NULL,
-    finish_reason TEXT,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    model TEXT,
-    created REAL NOT NULL
-)
-"""
+CACHE_URL_ENV = "LFBENCH_CACHE_URL"
+LEASE_S = 30.0  # a claim's lease (LFBENCH_CACHE_LEASE_S); renewed every third of it
 _BUSY_TIMEOUT_MS = 60_000
+_COLUMNS = "key, text, finish_reason, input_tokens, output_tokens, model, checksum"
 
 
 @dataclass(frozen=True)
@@ -45,57 +62,357 @@ class CachedAnswer:
     model: str | None = None
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(
-        str(path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+def checksum(a: CachedAnswer) -> str:
+    """SHA-256 of an entry's content (every field, in a fixed JSON form)."""
+    body = json.dumps(
+        [a.key, a.text, a.finish_reason, a.input_tokens, a.output_tokens, a.model],
+        ensure_ascii=False,
+        separators=(",", ":"),
     )
-    conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return conn
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def redact(url: str) -> str:
+    """A cache URL without its password (for logs and errors)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+# ---------------------------------------------------------------- backends
+
+
+class _Backend:
+    """What differs between SQLite and PostgreSQL: connections, placeholders, the clock."""
+
+    where: str
+    now_sql: str
+    shared: bool
+
+    def connect(self) -> Any:
+        raise NotImplementedError
+
+    def q(self, sql: str) -> str:
+        return sql
+
+    @contextlib.contextmanager
+    def tx(self, conn: Any) -> Iterator[Any]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def setup(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def is_busy(self, e: BaseException) -> bool:
+        return False
+
+    def executemany(self, conn: Any, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        conn.executemany(sql, rows)
+
+
+_RESPONSES = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    finish_reason TEXT,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    model TEXT,
+    created DOUBLE PRECISION NOT NULL,
+    checksum TEXT
+)
+"""
+_CLAIMS = """
+CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires DOUBLE PRECISION NOT NULL
+)
+"""
+
+
+class _Sqlite(_Backend):
+    now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
+    shared = False
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.where = str(path)
+
+    def connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path),
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    @contextlib.contextmanager
+    def tx(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def setup(self, conn: sqlite3.Connection) -> None:
+        with self.tx(conn):
+            conn.execute(_RESPONSES)
+            conn.execute(_CLAIMS)
+            cols = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
+            if "checksum" not in cols:  # a cache written before entries carried checksums
+                conn.execute("ALTER TABLE responses ADD COLUMN checksum TEXT")
+        _backfill_checksums(self, conn)
+
+    def is_busy(self, e: BaseException) -> bool:
+        return isinstance(e, sqlite3.OperationalError)
+
+
+class _Postgres(_Backend):
+    now_sql = "extract(epoch from clock_timestamp())::double precision"
+    shared = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = redact(url)
+
+    def connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as e:
+            raise LfbenchError(
+                f"response cache {self.where}: cannot connect ({str(e).strip()}); check"
+                f" {CACHE_URL_ENV}, that the server answers, and PGPASSWORD or ~/.pgpass"
+            ) from None
+
+    def q(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def executemany(self, conn: Any, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def tx(self, conn: Any) -> Iterator[Any]:
+        with conn.transaction():
+            yield conn
+
+    def setup(self, conn: Any) -> None:
+        # One creator at a time: many workers may open a fresh database at once.
+        with self.tx(conn):
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('lfbench-response-cache'))")
+            conn.execute(_RESPONSES)
+            conn.execute(_CLAIMS)
+        _backfill_checksums(self, conn)
+
+    def is_busy(self, e: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(e, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected)
+
+
+def _backfill_checksums(b: _Backend, conn: Any) -> None:
+    rows = conn.execute(b.q(f"SELECT {_COLUMNS} FROM responses WHERE checksum IS NULL")).fetchall()
+    if not rows:
+        return
+    with b.tx(conn):
+        for r in rows:
+            a = CachedAnswer(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5])
+            sql = b.q("UPDATE responses SET checksum = ? WHERE key = ?")
+            conn.execute(sql, (checksum(a), a.key))
+    log.info(
+        "response cache %s: %d entries written before entries carried checksums: checksummed now",
+        b.where,
+        len(rows),
+    )
+
+
+def backend_for(default_path: Path | None) -> _Backend | None:
+    """The cache ``LFBENCH_CACHE_URL`` names, else the SQLite file at `default_path` (None: no
+    cache)."""
+    url = os.environ.get(CACHE_URL_ENV, "").strip()
+    if not url:
+        return _Sqlite(default_path) if default_path is not None else None
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres"):
+        return _Postgres(url)
+    if scheme == "sqlite":
+        path = url[len("sqlite://") :]
+        if not path.startswith("/"):
+            raise LfbenchError(f"{CACHE_URL_ENV}={url}: give an absolute path, sqlite:////abs/file")
+        return _Sqlite(Path(path))
+    raise LfbenchError(
+        f"{CACHE_URL_ENV}={redact(url)}: unknown scheme {scheme!r}"
+        " (postgresql://user@host:port/db or sqlite:////abs/path.sqlite)"
+    )
+
+
+# ---------------------------------------------------------------- the cache
 
 
 class ResponseCache:
     """Successful answers keyed by :func:`pipeline.llm.client.cache_key`."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path | None = None, *, backend: _Backend | None = None) -> None:
+        b = backend if backend is not None else backend_for(path)
+        if b is None:
+            raise ValueError("ResponseCache needs a path or a backend")
+        self.backend = b
+        self.where = b.where
+        self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = float(os.environ.get("LFBENCH_CACHE_LEASE_S", LEASE_S))
         try:
-            self._conn = _connect(path)
-            self._conn.execute(_SCHEMA)
-        except sqlite3.Error as e:
+            self._conn = b.connect()
+            b.setup(self._conn)
+        except LfbenchError:
+            raise
+        except Exception as e:
             raise LfbenchError(
-                f"response cache {path}: cannot open it ({e}); delete the file to start a new one"
+                f"response cache {b.where}: cannot open it ({e}); for the SQLite cache, delete the"
+                " file to start a new one"
             ) from e
         self._queue: queue.SimpleQueue[CachedAnswer | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
+        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()
         self.write_errors = 0
+        self._corrupt: set[str] = set()
+
+    @property
+    def corrupt(self) -> int:
+        """Entries refused for a failed checksum (each key once)."""
+        return len(self._corrupt)
+
+    @property
+    def shared(self) -> bool:
+        return self.backend.shared
 
     # ---------------------------------------------------------------- reads
 
     def get_many(self, keys: Iterable[str], chunk: int = 500) -> dict[str, CachedAnswer]:
+        """The entries of these keys that pass their checksum (the others are refused)."""
+        b = self.backend
         wanted = list(dict.fromkeys(keys))
         out: dict[str, CachedAnswer] = {}
         for i in range(0, len(wanted), chunk):
             part = wanted[i : i + chunk]
             marks = ",".join("?" * len(part))
             rows = self._conn.execute(
-                "SELECT key, text, finish_reason, input_tokens, output_tokens, model"
-                f" FROM responses WHERE key IN ({marks})",
-                part,
+                b.q(f"SELECT {_COLUMNS} FROM responses WHERE key IN ({marks})"), part
             ).fetchall()
-            for key, text, finish, tin, tout, model in rows:
-                out[key] = CachedAnswer(key, text, finish, int(tin), int(tout), model)
+            for key, text, finish, tin, tout, model, stored in rows:
+                a = CachedAnswer(key, text, finish, int(tin), int(tout), model)
+                actual = checksum(a)
+                if stored != actual:
+                    if key in self._corrupt:
+                        continue
+                    self._corrupt.add(key)
+                    log.warning(
+                        "response cache %s: entry %s fails its checksum (stored %s, content %s):"
+                        " refused, it will be fetched again",
+                        self.where,
+                        key,
+                        (stored or "none")[:12],
+                        actual[:12],
+                    )
+                    continue
+                out[key] = a
         return out
 
     def get(self, key: str) -> CachedAnswer | None:
         return self.get_many([key]).get(key)
 
+    # ---------------------------------------------------------------- claims
+
+    def claim(self, keys: Sequence[str]) -> set[str]:
+        """Claim these keys for this owner; returns the ones claimed (the others are held by a
+        live owner elsewhere). A claimed key must then be answered (`put`) or `release`d."""
+        b = self.backend
+        sql = b.q(
+            "INSERT INTO claims (key, owner, expires) VALUES (?, ?, "
+            f"{b.now_sql} + ?) ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,"
+            " expires = excluded.expires"
+            f" WHERE claims.expires < {b.now_sql} OR claims.owner = excluded.owner RETURNING key"
+        )
+        won: set[str] = set()
+        for attempt in range(5):
+            try:
+                with b.tx(self._conn):
+                    for k in dict.fromkeys(keys):
+                        if self._conn.execute(sql, (k, self.owner, self.lease)).fetchall():
+                            won.add(k)
+                break
+            except Exception as e:
+                if not b.is_busy(e) or attempt == 4:
+                    raise
+                won.clear()
+                time.sleep(0.1 * (attempt + 1))
+        if won:
+            with self._held_lock:
+                self._held |= won
+            self._start_heartbeat()
+        return won
+
+    def release(self, keys: Iterable[str]) -> None:
+        ks = list(keys)
+        if not ks:
+            return
+        b = self.backend
+        with b.tx(self._conn):
+            for k in ks:
+                self._conn.execute(
+                    b.q("DELETE FROM claims WHERE key = ? AND owner = ?"), (k, self.owner)
+                )
+        with self._held_lock:
+            self._held -= set(ks)
+
+    def _start_heartbeat(self) -> None:
+        if self._beat is None:
+            self._beat = threading.Thread(
+                target=self._heartbeat, name="lfbench-llm-claims", daemon=True
+            )
+            self._beat.start()
+
+    def _heartbeat(self) -> None:
+        b = self.backend
+        conn = b.connect()
+        sql = b.q(f"UPDATE claims SET expires = {b.now_sql} + ? WHERE key = ? AND owner = ?")
+        try:
+            while not self._stop.wait(self.lease / 3):
+                with self._held_lock:
+                    held = list(self._held)
+                if not held:
+                    continue
+                try:
+                    with b.tx(conn):
+                        for k in held:
+                            conn.execute(sql, (self.lease, k, self.owner))
+                except Exception as e:  # noqa: BLE001 (a missed beat: the next one renews)
+                    log.warning("response cache %s: could not renew claims: %s", self.where, e)
+        finally:
+            conn.close()
+
     # ---------------------------------------------------------------- writes
 
     def put(self, answer: CachedAnswer) -> None:
-        """Queue an answer for the writer thread (non-blocking)."""
+        """Queue an answer for the writer thread (non-blocking); its claim goes with it."""
         if self._writer is None:
             self._writer = threading.Thread(
                 target=self._write_loop, name="lfbench-llm-cache", daemon=True
@@ -107,34 +424,38 @@ class ResponseCache:
         """Write answers synchronously, in one transaction."""
         self._write_batch(self._conn, answers)
 
-    def _write_batch(self, conn: sqlite3.Connection, batch: list[CachedAnswer]) -> None:
+    def _write_batch(self, conn: Any, batch: list[CachedAnswer]) -> None:
+        b = self.backend
+        upsert = b.q(
+            f"INSERT INTO responses ({_COLUMNS}, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET text = excluded.text,"
+            " finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens,"
+            " output_tokens = excluded.output_tokens, model = excluded.model,"
+            " checksum = excluded.checksum, created = excluded.created"
+        )
+        unclaim = b.q("DELETE FROM claims WHERE key = ? AND owner = ?")
         now = time.time()
         rows = [
-            (a.key, a.text, a.finish_reason, a.input_tokens, a.output_tokens, a.model, now)
+            (a.key, a.text, a.finish_reason, a.input_tokens, a.output_tokens, a.model,
+             checksum(a), now)
             for a in batch
-        ]
+        ]  # fmt: skip
         for attempt in range(5):
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO responses"
-                        " (key, text, finish_reason, input_tokens, output_tokens, model, created)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        rows,
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise
+                with b.tx(conn):
+                    b.executemany(conn, upsert, rows)
+                    b.executemany(conn, unclaim, [(a.key, self.owner) for a in batch])
+                with self._held_lock:
+                    self._held -= {a.key for a in batch}
                 return
-            except sqlite3.OperationalError as e:
+            except Exception as e:
+                if not b.is_busy(e) and not _is_transient(e):
+                    raise
                 if attempt == 4:
                     self.write_errors += len(batch)
                     log.warning(
                         "response cache %s: could not write %d answers: %s",
-                        self.path,
+                        self.where,
                         len(batch),
                         e,
                     )
@@ -142,7 +463,7 @@ class ResponseCache:
                 time.sleep(0.2 * (attempt + 1))
 
     def _write_loop(self) -> None:
-        conn = _connect(self.path)
+        conn = self.backend.connect()
         try:
             done = False
             while not done:
@@ -168,9 +489,28 @@ class ResponseCache:
             conn.close()
 
     def close(self) -> None:
-        """Flush the queued writes and close (blocking: call it from a thread in async code)."""
+        """Flush the queued writes, give back the claims still held, close (blocking: call it
+        from a thread in async code)."""
         if self._writer is not None:
             self._queue.put(None)
             self._writer.join()
             self._writer = None
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+            self._beat = None
+        with self._held_lock:
+            left = list(self._held)
+        with contextlib.suppress(Exception):
+            self.release(left)
         self._conn.close()
+
+
+def _is_transient(e: BaseException) -> bool:
+    if isinstance(e, sqlite3.OperationalError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(e, psycopg.OperationalError)

@@ -33,7 +33,7 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import canonical_json, sha256_text, write_json
-from pipeline.llm.cache import CachedAnswer, ResponseCache
+from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
 from pipeline.llm.journal import JournalEntry, JournalWriter, clear_journal, load_journal
 from pipeline.llm.ratelimit import RateLimiter
 from pipeline.llm.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
@@ -611,8 +611,10 @@ async def run_chat(
             )
             journal_hits += 1
 
-    cache = ResponseCache(cache_path) if cache_path is not None else None
+    backend = backend_for(cache_path)
+    cache = ResponseCache(backend=backend) if backend is not None else None
     cache_hits = 0
+    stats = {"waited": 0}
     journal_writer: JournalWriter | None = None
     sender: _Sender | None = None
     prog: _Progress | None = None
@@ -660,8 +662,18 @@ async def run_chat(
             sender = _Sender(endpoint, api_key, limiter)
             prog = _Progress(label, len(to_send), progress)
             await _send_all(
-                endpoint, sender, requests, keys, to_send, results, cache, journal_writer, prog
+                endpoint,
+                sender,
+                requests,
+                keys,
+                to_send,
+                results,
+                cache,
+                journal_writer,
+                prog,
+                stats=stats,
             )
+            cache_hits += stats["waited"]
         for i in duplicates:
             src = results[first_of[keys[i]]]
             assert src is not None
@@ -704,6 +716,8 @@ async def run_chat(
         cost_usd=sum(r.cost_usd for r in final),
         wall_s=round(time.monotonic() - t0, 3),
         truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason == "length"),
+        cache_corrupt=cache.corrupt if cache is not None else 0,
+        waited=stats["waited"],
     )
     log.info(
         "%s: %d items: cache %d hits / %d misses, journal %d hits, %d requests sent"
@@ -736,24 +750,75 @@ async def _send_all(
     cache: ResponseCache | None,
     journal: JournalWriter | None,
     prog: _Progress,
+    *,
+    stats: dict[str, int] | None = None,
 ) -> None:
+    """Answer `to_send`. With a cache, each request is claimed just before it is sent: one held
+    by another live worker (another stage, process or machine sharing the cache) is not sent
+    here but waited for, and sent here only if its holder's claim runs out."""
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in to_send:
         queue.put_nowait(i)
+    remaining = set(to_send)
+    waiting: set[int] = set()
+    counts = stats if stats is not None else {"waited": 0}
+
+    def from_cache(i: int, a: CachedAnswer) -> None:
+        results[i] = _ok(
+            requests[i].key,
+            keys[i],
+            a.text,
+            a.finish_reason,
+            a.input_tokens,
+            a.output_tokens,
+            source="cache",
+        )
+        remaining.discard(i)
+        prog.advance(True)
+
+    async def waiter() -> None:
+        delay = 0.1
+        while remaining:
+            await asyncio.sleep(delay)
+            if not waiting or cache is None:
+                delay = 0.1
+                continue
+            delay = min(delay * 1.5, 1.0)
+            found = cache.get_many([keys[i] for i in waiting])
+            for i in list(waiting):
+                waiting.discard(i)
+                if keys[i] in found:
+                    from_cache(i, found[keys[i]])
+                    counts["waited"] += 1
+                else:
+                    queue.put_nowait(i)  # claimed again by a worker: sent there if it ran out
 
     async def worker(slot: int) -> None:
         # Start the workers a little apart: answers that all come back at once are handled one
         # after another, and the last ones in such a burst would wait (the burst repeats on
         # every round trip). Spread starts keep the round trips apart (<= 0.13 s of ramp-up).
         await asyncio.sleep(slot * WORKER_START_GAP_S)
-        while True:
+        while remaining:
             try:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
-                return
+                await asyncio.sleep(0.05)  # the rest is held by other workers: the waiter
+                continue
             req, ck = requests[i], keys[i]
+            if cache is not None:
+                if not cache.claim([ck]):
+                    waiting.add(i)
+                    continue
+                late = cache.get(ck)  # answered and let go between the lookup and the claim
+                if late is not None:
+                    cache.release([ck])
+                    from_cache(i, late)
+                    counts["waited"] += 1
+                    continue
             answer, error, attempts = await sender.send(req, ck)
             if answer is None:
+                if cache is not None:
+                    cache.release([ck])  # let another worker try it
                 results[i] = ChatResult(
                     key=req.key,
                     cache_key=ck,
@@ -763,6 +828,7 @@ async def _send_all(
                     retries=attempts - 1,
                     source="api",
                 )
+                remaining.discard(i)
                 prog.advance(False)
                 continue
             if journal is not None:
@@ -799,10 +865,11 @@ async def _send_all(
                 source="api",
                 cost_usd=cost_usd(endpoint, answer.input_tokens, answer.output_tokens),
             )
+            remaining.discard(i)
             prog.advance(True)
 
     n = min(endpoint.max_concurrency, len(to_send))
-    await asyncio.gather(*(worker(slot) for slot in range(n)))
+    await asyncio.gather(waiter(), *(worker(slot) for slot in range(n)))
 
 
 def run_chat_sync(

@@ -80,6 +80,8 @@ class UsageReport(BaseModel):
     cost_usd: float
     wall_s: float
     truncated: int = 0  # answers the server cut for length (finish_reason: length)
+    cache_corrupt: int = 0  # cache entries that failed their checksum (refused, fetched again)
+    waited: int = 0  # answers another worker was fetching (its claim): waited for, not sent
 
     def merged(self, other: UsageReport) -> UsageReport:
         """The sum of two reports (wall_s summed too); keeps this report's label."""
