@@ -39,7 +39,7 @@ from pipeline.stages.common import (
     stage_md5_of,
     usage_metrics,
 )
-from pipeline.stages.tracking import RunSpec, SyncReport, sync
+from pipeline.stages.tracking import DatasetRef, RunSpec, SyncReport, sync
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,13 @@ def plots_sha(plots: Mapping[str, bytes]) -> str:
     return h.hexdigest()[:16]
 
 
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 def run_spec(
     bench: AnyBenchmark,
     params: Params,
@@ -71,6 +78,7 @@ def run_spec(
     *,
     lineage: Mapping[str, str],
     metrics: Mapping[str, float] | None = None,
+    dataset: DatasetRef | None = None,
 ) -> RunSpec:
     """The MLflow run of one row: its metrics, params, artifacts and plots, the benchmark's tags
     and the given lineage (plus `lfbench.plots_sha` when it has plots)."""
@@ -84,6 +92,7 @@ def run_spec(
         params=row.params,
         tags=tags,
         artifacts={**row.artifacts, **row.plots},
+        dataset=dataset,
     )
 
 
@@ -118,6 +127,11 @@ def aggregate(
         digest = file_digest(dataset_path)
         common = common_tags(root)
         construct_md5 = stage_md5_of(root, construct_stage(bench.name))
+        dataset_ref = DatasetRef(
+            name=f"{bench.name}/{dataset_path.name}",
+            digest=digest,
+            source=_relative(dataset_path, root),
+        )
         specs = []
         for row in result.runs:
             assert row.model is not None and row.judge is not None, row.key
@@ -140,7 +154,9 @@ def aggregate(
             if j in kappas:
                 metrics["judge.kappa_vs_human"] = kappas[j]
                 lineage["judge.kappa_vs_human"] = f"{kappas[j]:.3f}"
-            specs.append(run_spec(bench, params, row, lineage=lineage, metrics=metrics))
+            specs.append(
+                run_spec(bench, params, row, lineage=lineage, metrics=metrics, dataset=dataset_ref)
+            )
         report = sync(bench.name, specs, root)
         log_sync(bench.name, report)
     return result.runs

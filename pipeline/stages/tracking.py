@@ -5,22 +5,33 @@ MLFLOW_TRACKING_URI points elsewhere. Logging is idempotent: a row whose result 
 unchanged is skipped; a row whose result changed gets a new run and the old one is marked
 `lfbench.current=false` with a pointer to its successor, so history stays visible and the
 "current" view never holds duplicates.
+
+Several clones may sync into one store at once (a team's tracking server, or one SQLite file):
+a run is made `current` only once it is complete, and after its writes each sync looks again at
+the rows it touched: of two current runs of one row with the same result, the earlier stays and
+the later is deleted; with different results, the later stays current and the earlier is
+superseded. Every sync applies the same rule to what it sees, and the last one to write sees
+every run, so the store converges to one current run per row. Syncs into one SQLite file are
+also serialised by a lock beside it (and MLflow's first migration of a fresh file with them).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.io import canonical_json
+from pipeline.llm.cache import redact
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,23 @@ class SyncReport:
     superseded: int = 0
     retagged: int = 0
     refreshed: int = 0
+    deduplicated: int = 0  # another sync's identical run of the same row, made at the same time
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock beside a SQLite store (no-op for a server or another database)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri[len("sqlite:///") :])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with db.with_name(db.name + ".lock").open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _client(root: Path) -> Any:
@@ -67,17 +95,51 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
 def _experiment_id(client: Any, name: str, root: Path) -> str:
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        if EXPERIMENT_KIND[0] not in exp.tags:
-            client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
-        return str(exp.experiment_id)
-    location = None
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        location = (root / "mlruns" / "artifacts" / name).resolve().as_uri()
-    return str(
-        client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
-    )
+    from mlflow.exceptions import MlflowException
+
+    for _ in range(3):
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            if EXPERIMENT_KIND[0] not in exp.tags:
+                client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
+            return str(exp.experiment_id)
+        location = None
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            location = (root / "mlruns" / "artifacts" / name).resolve().as_uri()
+        try:
+            return str(
+                client.create_experiment(
+                    name, artifact_location=location, tags=dict([EXPERIMENT_KIND])
+                )
+            )
+        except MlflowException as e:  # another sync created it a moment ago
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+    raise RuntimeError(f"MLflow experiment {name!r}: could not create or find it")
+
+
+def _open(root: Path, experiment: str) -> tuple[Any, str]:
+    """The client and the experiment's id. A database store that another process is creating
+    (MLflow's schema migrations racing) is retried, not reported as a traceback."""
+    from mlflow.exceptions import MlflowException
+
+    last: Exception | None = None
+    for attempt in range(6):
+        try:
+            client = _client(root)
+            return client, _experiment_id(client, experiment, root)
+        except MlflowException as e:
+            if e.error_code in ("RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
+                raise
+            last = e
+        except Exception as e:  # SQLAlchemy's errors while the schema is being made
+            if type(e).__module__.split(".")[0] != "sqlalchemy":
+                raise
+            last = e
+        time.sleep(0.5 * (attempt + 1))
+    raise RuntimeError(
+        f"MLflow store {redact(tracking_uri(root))}: could not open it after 6 tries: {last}"
+    ) from last
 
 
 def _current_runs(client: Any, experiment_id: str) -> dict[str, Any]:
@@ -104,6 +166,15 @@ def fingerprint(metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
+class DatasetRef:
+    """The dataset a run was scored on, as MLflow's Dataset column shows it (`log_inputs`)."""
+
+    name: str
+    digest: str
+    source: str  # a path relative to the project, or a URL
+
+
+@dataclass(frozen=True)
 class RunSpec:
     row_key: str
     name: str
@@ -114,14 +185,23 @@ class RunSpec:
     # may hold a folder ("plots/joint.png").
     artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes]
     files: Sequence[Path] = ()  # files logged as they are (plots, reports)
+    dataset: DatasetRef | None = None
 
 
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
     """Make the experiment's current runs match `specs` (create, skip or supersede)."""
+    with _store_lock(tracking_uri(root)):
+        client, exp_id = _open(root, experiment)
+        report = _sync(client, exp_id, specs)
+        touched = {s.row_key for s in specs}
+        if report.created:
+            report.deduplicated = _converge(client, exp_id, touched)
+    return report
+
+
+def _sync(client: Any, exp_id: str, specs: Sequence[RunSpec]) -> SyncReport:
     from mlflow.entities import Metric, Param, RunTag
 
-    client = _client(root)
-    exp_id = _experiment_id(client, experiment, root)
     current = _current_runs(client, exp_id)
     report = SyncReport()
     for spec in specs:
@@ -156,9 +236,11 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
             **spec.tags,
             ROW_KEY: spec.row_key,
             FINGERPRINT: fp,
-            CURRENT: "true",
+            CURRENT: "pending",  # "true" once complete: a crash leaves no half-made current run
             "mlflow.runName": spec.name,
         }
+        if "git.commit" in spec.tags:
+            tags["mlflow.source.git.commit"] = spec.tags["git.commit"]
         run = client.create_run(exp_id, tags=tags, run_name=spec.name)
         run_id = run.info.run_id
         now = int(time.time() * 1000)
@@ -167,18 +249,81 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
             metrics=[Metric(k, float(v), now, 0) for k, v in sorted(spec.metrics.items())],
             params=[Param(k, v) for k, v in sorted(spec.params.items())],
         )
+        if spec.dataset is not None:
+            _log_dataset(client, run_id, spec.dataset)
         _log_artifacts(
             client,
             run_id,
             {**spec.artifacts, **{f.name: f.read_bytes() for f in spec.files}},
         )
         client.set_terminated(run_id, "FINISHED")
+        client.set_tag(run_id, CURRENT, "true")
         report.created += 1
         if old is not None:
             client.set_tag(old.info.run_id, CURRENT, "false")
             client.set_tag(old.info.run_id, "lfbench.superseded_by", run_id)
             report.superseded += 1
     return report
+
+
+def _log_dataset(client: Any, run_id: str, ref: DatasetRef) -> None:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    source_type = "http" if ref.source.startswith(("http://", "https://")) else "local"
+    dataset = Dataset(
+        name=ref.name,
+        digest=ref.digest[:36],
+        source_type=source_type,
+        source=json.dumps({"uri": ref.source}),
+    )
+    client.log_inputs(
+        run_id, [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])]
+    )
+
+
+def _converge(client: Any, exp_id: str, row_keys: set[str]) -> int:
+    """Leave one current run per row among `row_keys` (the rule in the module docstring);
+    returns how many identical duplicates were deleted."""
+    groups: dict[str, list[Any]] = {}
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.`{CURRENT}` = 'true'",
+            max_results=1000,
+            page_token=token,
+        )
+        for run in page:
+            key = run.data.tags.get(ROW_KEY, "")
+            if key in row_keys:
+                groups.setdefault(key, []).append(run)
+        token = page.token
+        if not token:
+            break
+    deleted = 0
+    for key, runs in groups.items():
+        if len(runs) < 2:
+            continue
+        runs.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        fps = {r.data.tags.get(FINGERPRINT) for r in runs}
+        if len(fps) == 1:
+            keep, extra = runs[0], runs[1:]
+            for r in extra:
+                with contextlib.suppress(Exception):  # the other sync deleted it already
+                    client.delete_run(r.info.run_id)
+                    deleted += 1
+        else:
+            keep = runs[-1]
+            for r in runs[:-1]:
+                client.set_tag(r.info.run_id, CURRENT, "false")
+                client.set_tag(r.info.run_id, "lfbench.superseded_by", keep.info.run_id)
+        log.info(
+            "row %s: %d current runs made at once by concurrent syncs; kept %s",
+            key,
+            len(runs),
+            keep.info.run_id,
+        )
+    return deleted
 
 
 def _log_artifacts(

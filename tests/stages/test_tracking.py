@@ -3,11 +3,20 @@ place when only they changed, a new run when the result changed (a real SQLite s
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeline.stages.tracking import RunSpec, sync
+from tests.conftest import ROOT
 
 
 def _spec(plot: bytes, joint: float = 1.0) -> RunSpec:
@@ -48,3 +57,89 @@ def test_plots_are_relogged_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     changed = sync("t", [_spec(b"two", joint=2.0)], tmp_path)
     assert (changed.created, changed.superseded) == (1, 1)
+
+
+# ---------------------------------------------------------------- concurrent syncs
+
+_SYNC = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from pipeline.stages.tracking import DatasetRef, RunSpec, sync
+    root, start, rows, joint = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    specs = [
+        RunSpec(row_key=f"row-{i}", name=f"row {i}", metrics={"joint": float(joint) + i},
+                params={"i": str(i)}, tags={"git.commit": sys.argv[5]},
+                artifacts={"row.json": {"i": i}},
+                dataset=DatasetRef("t/data.jsonl", "0123456789abcdef", "datasets/data.jsonl"))
+        for i in range(rows)
+    ]
+    while time.time() < start:  # both start at the same moment
+        time.sleep(0.001)
+    print(sync("t", specs, root))
+    """
+)
+
+
+def _syncs_at_once(
+    root: Path, rows: int, joints: tuple[str, str], env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    start = time.time() + 4.0  # both interpreters are up by then
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SYNC, str(root), str(start), str(rows), joint, f"c{n}"],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n, joint in enumerate(joints)
+    ]
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
+def current_runs(client: Any, name: str = "t") -> Counter[str]:
+    exp = client.get_experiment_by_name(name)
+    runs = client.search_runs(
+        [exp.experiment_id], "tags.`lfbench.current` = 'true'", max_results=5000
+    )
+    return Counter(r.data.tags["lfbench.row_key"] for r in runs)
+
+
+def check_one_current_run_per_row(
+    client: Any, procs: list[subprocess.CompletedProcess[str]], rows: int
+) -> None:
+    for p in procs:
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert current_runs(client) == Counter({f"row-{i}": 1 for i in range(rows)})
+
+
+def test_two_syncs_into_one_sqlite_store_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clones' `lfbench track` into one SQLite store at the same moment: on a fresh store
+    (MLflow's migrations would race), then on the filled store with changed results."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    fresh = _syncs_at_once(tmp_path, 30, ("1", "1"))
+    check_one_current_run_per_row(client, fresh, 30)
+    exp = client.get_experiment_by_name("t")
+    assert len(client.search_runs([exp.experiment_id], max_results=5000)) == 30
+    filled = _syncs_at_once(tmp_path, 30, ("2", "2"))
+    check_one_current_run_per_row(client, filled, 30)
+    (run,) = client.search_runs(
+        [exp.experiment_id], "tags.`lfbench.row_key` = 'row-3' and tags.`lfbench.current` = 'true'"
+    )
+    assert run.data.metrics["joint"] == 5.0
+    # MLflow's own conventions: the commit and the dataset the run was scored on
+    assert run.data.tags["mlflow.source.git.commit"] in ("c0", "c1")
+    (ds,) = run.inputs.dataset_inputs
+    assert (ds.dataset.name, ds.dataset.digest) == ("t/data.jsonl", "0123456789abcdef")
+    assert json.loads(ds.dataset.source) == {"uri": "datasets/data.jsonl"}
