@@ -549,6 +549,65 @@ def new_benchmark(name: str, wire: bool, params_path: Path, dvc_file: Path) -> N
 # ---------------------------------------------------------------- sharing and comparing
 
 
+@cli.group()
+def team() -> None:
+    """A team's shared services on one host: PostgreSQL, S3 (optional), the MLflow server."""
+
+
+@team.command("up")
+@click.option(
+    "--dir", "folder", type=click.Path(path_type=Path), required=True, help="state and data"
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to serve on")
+@click.option("--pg-port", type=int, default=0, help="PostgreSQL's port (default: a free one)")
+@click.option("--mlflow-port", type=int, default=0, help="MLflow's port (default: a free one)")
+@click.option("--seaweedfs", is_flag=True, help="start an S3 store too (SeaweedFS)")
+@click.option("--s3-endpoint", default=None, help="an existing S3 store (keys from AWS_* env)")
+@click.option("--bucket", default="lfbench", show_default=True)
+def team_up_command(
+    folder: Path,
+    host: str,
+    pg_port: int,
+    mlflow_port: int,
+    seaweedfs: bool,
+    s3_endpoint: str | None,
+    bucket: str,
+) -> None:
+    """Start the team's tracking server and shared cache; write team.env and secrets.env."""
+    from pipeline.team import SECRETS_ENV, TEAM_ENV, team_up
+
+    s = team_up(
+        folder,
+        host=host,
+        pg_port=pg_port,
+        mlflow_port=mlflow_port,
+        seaweedfs=seaweedfs,
+        s3_endpoint=s3_endpoint,
+        bucket=bucket,
+    )
+    click.echo(f"MLflow tracking server: {s.tracking_uri}")
+    click.echo(f"shared response cache:  {s.cache_url}")
+    click.echo(f"DVC remote:             {s.dvc_remote}")
+    click.echo(
+        f"settings in {folder / TEAM_ENV}; passwords and keys in {folder / SECRETS_ENV}"
+        " (mode 0600: hand it over privately). In each clone:"
+    )
+    click.echo(f"  set -a; . {folder / TEAM_ENV}; . {folder / SECRETS_ENV}; set +a")
+    click.echo(f"  dvc remote add -d -f team-s3 {s.dvc_remote}")
+    if s.s3_endpoint:
+        click.echo(f"  dvc remote modify team-s3 endpointurl {s.s3_endpoint}")
+
+
+@team.command("down")
+@click.option("--dir", "folder", type=click.Path(path_type=Path), required=True)
+def team_down_command(folder: Path) -> None:
+    """Stop the services `lfbench team up` started in --dir (their data stays)."""
+    from pipeline.team import team_down
+
+    team_down(folder)
+    click.echo(f"stopped the team services of {folder}")
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=5000, show_default=True, type=int)

@@ -117,6 +117,17 @@ def write_haystack(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
 def run(
     cmd: list[str], cwd: Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, cwd=cwd, env=run_env(env), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def run_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `run` gives a command (the venv's programs first, no MLflow URI from
+    outside, the shared embedding cache), with `env` on top."""
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     full_env.pop("MLFLOW_TRACKING_URI", None)
     # Project copies share this checkout's MiniLM vectors (content-addressed, quantised: the
@@ -127,12 +138,7 @@ def run(
     )
     if env:
         full_env.update(env)
-    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
-    return proc
+    return full_env
 
 
 def tracked_files() -> list[str]:
