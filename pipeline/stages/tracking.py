@@ -239,8 +239,11 @@ def _sync(client: Any, exp_id: str, specs: Sequence[RunSpec]) -> SyncReport:
             CURRENT: "pending",  # "true" once complete: a crash leaves no half-made current run
             "mlflow.runName": spec.name,
         }
+        # MLflow's own source tags (the UI's Source column and commit link)
         if "git.commit" in spec.tags:
             tags["mlflow.source.git.commit"] = spec.tags["git.commit"]
+        tags.setdefault("mlflow.source.name", spec.tags.get("dvc.stage", "lfbench"))
+        tags.setdefault("mlflow.source.type", "PROJECT")
         run = client.create_run(exp_id, tags=tags, run_name=spec.name)
         run_id = run.info.run_id
         now = int(time.time() * 1000)

@@ -194,6 +194,12 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
     box.send_keys("tags.`lfbench.current` = 'true' and params.system = 'gpt-4o'" + Keys.ENTER)
     n_gpt4o = sum(1 for r in rows if r["system"] == "gpt-4o")
     wait_text(f"{n_gpt4o} matching runs")
+    # The Dataset column: each run's dataset, as logged with log_inputs (name and digest)
+    (ds,) = mlrun.inputs.dataset_inputs
+    assert ds.dataset.name == "summhay/summhay.jsonl"
+    assert ds.dataset.digest == tags["dataset.digest"][: len(ds.dataset.digest)]
+    wait_text("Dataset")
+    wait_text(ds.dataset.name)
     d.save_screenshot(str(ARTIFACTS / "mlflow-ui-runs.png"))
 
     # The run page: metrics with the values of metrics/summhay.json, params, lineage tags.
