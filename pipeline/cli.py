@@ -44,7 +44,7 @@ def _setup_logging(verbose: bool) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker"):
+    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker", "bm25s"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -104,8 +104,12 @@ def _experiment_id(client: Any, name: str, root: Path) -> str:
                 client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return str(exp.experiment_id)
         location = None
-        if not os.environ.get("MLFLOW_TRACKING_URI"):
-            location = (root / "mlruns" / "artifacts" / name).resolve().as_uri()
+        uri = tracking_uri(root)
+        if uri.startswith("sqlite:///"):
+            # beside the database (also when MLFLOW_TRACKING_URI names one elsewhere, e.g. for
+            # `dvc exp run --queue`, whose runs happen in scratch copies of the workspace)
+            db = Path(uri[len("sqlite:///") :])
+            location = (db.parent / "artifacts" / name).resolve().as_uri()
         try:
             return str(
                 client.create_experiment(
