@@ -443,3 +443,22 @@ def test_colleague_pulls_and_gets_the_same_numbers_without_rerunning(
     tracked = run(["lfbench", "track", "summhay"], colleague)
     assert "mlflow summhay: 6 runs created" in tracked.stderr
     assert len(_runs(colleague)) == 6
+
+
+def test_dvc_plots_show_the_headline_figures(repro: tuple[Path, str]) -> None:
+    """`dvc plots show` renders dvc.yaml's plots from the repro's outputs: every judge's kappa
+    (the agreement file's rows) and the report images, byte for byte."""
+    proj, _ = repro
+    shown = json.loads(run(["dvc", "plots", "show", "--json"], proj).stdout)
+    assert not shown.get("errors"), shown.get("errors")
+    data = shown["data"]
+    (agreement,) = data["judge agreement"]
+    values = agreement["content"]["data"]["values"]
+    rows = json.loads((proj / "metrics" / "agreement.json").read_text())["rows"]
+    assert [(v["judge"], v["cohen_kappa"]) for v in values] == [
+        (r["judge"], r["cohen_kappa"]) for r in rows
+    ]
+    for png in ("summhay_length", "agreement", "crux", "crud_rag"):
+        (img,) = data[f"reports/{png}.png"]
+        assert img["type"] == "image"
+        assert Path(img["url"]).read_bytes() == (proj / "reports" / f"{png}.png").read_bytes()
