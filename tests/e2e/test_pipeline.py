@@ -458,6 +458,7 @@ def test_dvc_plots_show_the_headline_figures(repro: tuple[Path, str]) -> None:
     assert [(v["judge"], v["cohen_kappa"]) for v in values] == [
         (r["judge"], r["cohen_kappa"]) for r in rows
     ]
+    assert agreement["content"]["encoding"]["y"]["type"] == "nominal"  # the project's template
     for png in ("summhay_length", "agreement", "crux", "crud_rag"):
         (img,) = data[f"reports/{png}.png"]
         assert img["type"] == "image"
