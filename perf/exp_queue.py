@@ -67,6 +67,7 @@ def configure(proj: Path, base_url: str, haystacks: list[str]) -> None:
     params["summhay"]["models"] = ["sweep"]
     params["summhay"]["judges"] = ["sweep-judge"]
     params["summhay"]["agreement"]["max_samples"] = 4
+    params["crux"]["answers"]["generations"] = None  # CRUX compares with the released summaries
     path.write_text(yaml.safe_dump(params, sort_keys=False))
 
 

@@ -518,6 +518,9 @@ class Benchmark(ABC, Generic[P, D, I]):
     judge_training: JudgeTraining[Any] | None = None
     scorer: Scorer | None = None
     construct_files: ClassVar[bool] = False  # construct writes side files (Constructed.files)
+    # Headline metrics of its result rows, for DVC plots: the aggregate stage writes
+    # reports/<name>.points.json (one point per run: its name and these metrics); () writes none.
+    plotted: ClassVar[tuple[str, ...]] = ()
 
     def check_params(self, section: P, params: Params) -> None:
         """Cross-checks between the section and the model/judge entries (raise ValueError)."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, RunRow
 from pipeline.core.config import Params
@@ -62,6 +63,21 @@ def plots_sha(plots: Mapping[str, bytes]) -> str:
     for name in sorted(plots):
         h.update(name.encode() + b"\0" + hashlib.sha256(plots[name]).digest())
     return h.hexdigest()[:16]
+
+
+def points_path(report_path: Path, benchmark: str) -> Path:
+    return report_path.parent / f"{benchmark}.points.json"
+
+
+def plot_points(metrics: Sequence[str], runs: Sequence[RunRow]) -> dict[str, Any]:
+    """The DVC plots file: one flat point per run that has the first metric (DVC reads the
+    first list of a JSON file; the metrics file holds several)."""
+    points = [
+        {"run": r.name, **{m: r.metrics[m] for m in metrics if m in r.metrics}}
+        for r in runs
+        if metrics[0] in r.metrics
+    ]
+    return {"points": points}
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -119,6 +135,8 @@ def aggregate(
     atomic_write_text(report_path, result.report)
     for name, data in result.figures.items():
         atomic_write_bytes(report_path.parent / name, data)
+    if bench.plotted:
+        write_json(points_path(report_path, bench.name), plot_points(bench.plotted, result.runs))
     log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
     if track:
         usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)

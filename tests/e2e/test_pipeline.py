@@ -459,6 +459,18 @@ def test_dvc_plots_show_the_headline_figures(repro: tuple[Path, str]) -> None:
         (r["judge"], r["cohen_kappa"]) for r in rows
     ]
     assert agreement["content"]["encoding"]["y"]["type"] == "nominal"  # the project's template
+    # each benchmark's headline number: one point per result row, named as its MLflow run
+    for plot, bench, metric in (
+        ("summhay joint", "summhay", "joint"),
+        ("long2rag kpr", "long2rag", "kpr"),
+        ("crux coverage", "crux", "coverage"),
+        ("crud_rag rouge_l", "crud_rag", "rouge_l"),
+    ):
+        (shown_plot,) = data[plot]
+        got = sorted(v[metric] for v in shown_plot["content"]["data"]["values"])
+        rows = json.loads((proj / "metrics" / f"{bench}.json").read_text())["rows"]
+        want = sorted(r[metric] for r in rows if r.get(metric) is not None)
+        assert got and got == pytest.approx(want), plot
     for png in ("summhay_length", "agreement", "crux", "crud_rag"):
         (img,) = data[f"reports/{png}.png"]
         assert img["type"] == "image"

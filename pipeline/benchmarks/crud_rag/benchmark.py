@@ -69,6 +69,7 @@ class TextScorer(Scorer):
 
 class CrudRag(Benchmark[CrudParams, Item, Item]):
     name = "crud_rag"
+    plotted = ("rouge_l", "bleu", "bleu_bp")
     title = "CRUD-RAG"
     version = "1"
     params_model = CrudParams

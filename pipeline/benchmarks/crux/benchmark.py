@@ -66,6 +66,7 @@ def _counts(dataset: Sequence[Collection]) -> str:
 
 class Crux(Benchmark[CruxParams, Collection, QueryView]):
     name = "crux"
+    plotted = ("coverage", "alpha_ndcg", "density")
     title = "CRUX"
     version = "1"
     params_model = CruxParams

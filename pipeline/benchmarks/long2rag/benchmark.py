@@ -59,6 +59,7 @@ def _counts(qs: Sequence[Question]) -> str:
 
 class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     name = "long2rag"
+    plotted = ("kpr",)
     title = "Long²RAG"
     version = "1"
     params_model = Long2ragParams

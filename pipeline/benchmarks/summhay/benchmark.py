@@ -95,6 +95,7 @@ Ctx = Context[SummhayParams]
 
 class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     name = "summhay"
+    plotted = ("joint", "coverage", "citation")
     title = "SummHay"
     version = "1"
     params_model = SummhayParams
