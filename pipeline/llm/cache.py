@@ -13,12 +13,14 @@ Every entry carries a SHA-256 of its content, checked on every read: an entry th
 refused, counted (``corrupt``), logged with its key, and fetched again (the new answer overwrites
 it). A cache hit is therefore always the bytes that were stored.
 
-Claims: a worker that is about to send a request first claims its key (a row in ``claims`` with
-an owner and a lease). Another worker that needs the same key at the same moment waits for the
+Claims (a cache named by ``LFBENCH_CACHE_URL``, i.e. one that several workspaces or machines share;
+the workspace's own SQLite file has one user at a time and skips them, one write transaction per
+request less): a worker that is about to send a request first claims its key (a row in ``claims``
+with an owner and a lease). Another worker that needs the same key at the same moment waits for the
 answer instead of sending it again. The owner renews its leases while it lives (a heartbeat
-thread); a worker that dies stops renewing, its leases run out, and a waiting worker claims the
-key and sends it. An answer and the release of its claim are one transaction, and a worker
-re-reads the cache after winning a claim, so no answer is ever fetched twice by two live workers.
+thread); a worker that dies stops renewing, its leases run out, and a waiting worker claims the key
+and sends it. An answer and the release of its claim are one transaction, and a worker re-reads the
+cache after winning a claim, so no answer is ever fetched twice by two live workers.
 
 Lookups are batched; writes go through a writer thread that commits in batches, so the event
 loop never waits for the database.
@@ -140,9 +142,10 @@ class _Sqlite(_Backend):
     now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
     shared = False
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.path = path
         self.where = str(path)
+        self.shared = shared
 
     def connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +258,7 @@ def backend_for(default_path: Path | None) -> _Backend | None:
         path = url[len("sqlite://") :]
         if not path.startswith("/"):
             raise LfbenchError(f"{CACHE_URL_ENV}={url}: give an absolute path, sqlite:////abs/file")
-        return _Sqlite(Path(path))
+        return _Sqlite(Path(path), shared=True)
     raise LfbenchError(
         f"{CACHE_URL_ENV}={redact(url)}: unknown scheme {scheme!r}"
         " (postgresql://user@host:port/db or sqlite:////abs/path.sqlite)"
@@ -444,7 +447,8 @@ class ResponseCache:
             try:
                 with b.tx(conn):
                     b.executemany(conn, upsert, rows)
-                    b.executemany(conn, unclaim, [(a.key, self.owner) for a in batch])
+                    if b.shared:
+                        b.executemany(conn, unclaim, [(a.key, self.owner) for a in batch])
                 with self._held_lock:
                     self._held -= {a.key for a in batch}
                 return

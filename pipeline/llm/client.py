@@ -805,7 +805,7 @@ async def _send_all(
                 await asyncio.sleep(0.05)  # the rest is held by other workers: the waiter
                 continue
             req, ck = requests[i], keys[i]
-            if cache is not None:
+            if cache is not None and cache.shared:
                 if not cache.claim([ck]):
                     waiting.add(i)
                     continue
@@ -817,7 +817,7 @@ async def _send_all(
                     continue
             answer, error, attempts = await sender.send(req, ck)
             if answer is None:
-                if cache is not None:
+                if cache is not None and cache.shared:
                     cache.release([ck])  # let another worker try it
                 results[i] = ChatResult(
                     key=req.key,
