@@ -30,21 +30,23 @@ def renamed(text: str, name: str) -> str:
     return text.replace(TEMPLATE, name).replace("Template", class_name(name))
 
 
-def _append(path: Path, text: str, name: str) -> None:
-    """Append a snippet, and check it landed where it belongs: the section at the top level of
-    params.yaml, the stages under `stages:` of dvc.yaml (which must therefore come last)."""
+def _appended(path: Path, text: str, name: str) -> str:
+    """The file with a snippet appended, checked to land where it belongs: the section at the top
+    level of params.yaml, the stages under `stages:` of dvc.yaml (which must therefore come last)."""
     old = path.read_text(encoding="utf-8")
     new = old.rstrip("\n") + "\n" + text
     try:
         doc = yaml.safe_load(new) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: appending the {name} snippet would break it: {e}") from e
+        raise ConfigError(
+            f"{path}: appending the {name} snippet would break it (is `stages:` the last key?): {e}"
+        ) from e
     if name not in doc and f"{name}-construct" not in (doc.get("stages") or {}):
         raise ConfigError(
             f"{path}: the {name} snippet would not land in place (is `stages:` the last key?);"
             f" add it by hand from pipeline/benchmarks/{TEMPLATE}/"
         )
-    path.write_text(new, encoding="utf-8")
+    return new
 
 
 def create(
@@ -63,16 +65,27 @@ def create(
     stages = (yaml.safe_load(dvc_file.read_text(encoding="utf-8")) or {}) if dvc_file else {}
     if dvc_file and f"{name}-construct" in (stages.get("stages") or {}):
         raise ConfigError(f"{dvc_file} already has a stage {name}-construct")
+    # both files are checked before anything is written: a refusal leaves the project as it was
+    new_params = (
+        _appended(params_path, renamed((source / SNIPPETS[0]).read_text("utf-8"), name), name)
+        if params_path is not None
+        else None
+    )
+    new_dvc = (
+        _appended(dvc_file, renamed((source / SNIPPETS[1]).read_text("utf-8"), name), name)
+        if dvc_file is not None
+        else None
+    )
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", *SNIPPETS))
     for path in sorted(dest.rglob("*")):
         if path.is_file() and path.suffix in TEXT:
             path.write_text(renamed(path.read_text(encoding="utf-8"), name), encoding="utf-8")
     lines = [f"created {dest.relative_to(root)}/ from {TEMPLATE}"]
-    if params_path is not None:
-        _append(params_path, renamed((source / SNIPPETS[0]).read_text("utf-8"), name), name)
+    if params_path is not None and new_params is not None:
+        params_path.write_text(new_params, encoding="utf-8")
         lines.append(f"appended the {name} section to {params_path}")
-    if dvc_file is not None:
-        _append(dvc_file, renamed((source / SNIPPETS[1]).read_text("utf-8"), name), name)
+    if dvc_file is not None and new_dvc is not None:
+        dvc_file.write_text(new_dvc, encoding="utf-8")
         lines.append(f"appended the {name} stages to {dvc_file}")
     lines.append(
         f"next: edit {dest.relative_to(root)}/ (README.md there says what to change), then"
