@@ -31,8 +31,8 @@ def renamed(text: str, name: str) -> str:
 
 
 def _appended(path: Path, text: str, name: str) -> str:
-    """The file with a snippet appended, checked to land where it belongs: the section at the top
-    level of params.yaml, the stages under `stages:` of dvc.yaml (which must therefore come last)."""
+    """The file with a snippet appended, checked to land where it belongs: the section at the
+    top level of params.yaml, the stages under `stages:` of dvc.yaml (which must come last)."""
     old = path.read_text(encoding="utf-8")
     new = old.rstrip("\n") + "\n" + text
     try:
