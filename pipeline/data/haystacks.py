@@ -17,14 +17,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pipeline.core.config import Strict, known, no_repeats
 from pipeline.core.errors import DataError, format_loc
 from pipeline.core.io import read_json
 from pipeline.core.records import Record
 
 COVERAGE_LABELS = ("FULL_COVERAGE", "PARTIAL_COVERAGE", "NO_COVERAGE")
 HAYSTACK_IDS = tuple([f"news{i}" for i in range(1, 6)] + [f"conv{i}" for i in range(1, 6)])
+
+
+class HaystackSelection(Strict):
+    """Which released haystacks a derived benchmark reads: a params block that Long²RAG's and
+    CRUX's offline defaults share (each adds its own fields)."""
+
+    haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACK_IDS), min_length=1)
+    subtopics: int | None = Field(default=None, ge=1, description="first N subtopics per haystack")
+
+    @field_validator("haystacks")
+    @classmethod
+    def _known(cls, hs: list[str]) -> list[str]:
+        known("haystack", hs, HAYSTACK_IDS)
+        no_repeats(haystacks=hs)
+        return hs
+
 
 # Retriever names as released -> the names lfbench reports (the paper's column names).
 RELEASED_SETTINGS = {

@@ -88,7 +88,7 @@ def llm_judgements(
             else "ok"
         )
         out.append(
-            judgement(
+            Judgement.of(
                 bench.name,
                 task.generation,
                 judge,
@@ -105,20 +105,6 @@ def llm_judgements(
             )
         )
     return out, report
-
-
-def judgement(
-    benchmark: str,
-    g: Generation,
-    judge: str,
-    sha: str,
-    status: str,
-    verdicts: list[Verdict],
-    *,
-    error: str | None = None,
-    usage: Usage | None = None,
-) -> Judgement:
-    return Judgement.of(benchmark, g, judge, sha, status, verdicts, error=error, usage=usage)
 
 
 def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path) -> CoverageJudge:
@@ -166,7 +152,7 @@ def coverage_judgements(
             ]
         k += len(cs)
         status = "invalid" if any(v.status == "invalid" for v in row) else "ok"
-        out.append(judgement(bench.name, g, judge, cj.sha, status, row))
+        out.append(Judgement.of(bench.name, g, judge, cj.sha, status, row))
     embedder = getattr(cj, "embedder", None)
     if embedder is not None:
         log.info(

@@ -25,7 +25,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ def _experiment_id(client: Any, name: str, root: Path) -> str:
         exp = client.get_experiment_by_name(name)
         if exp is not None:
             if EXPERIMENT_KIND[0] not in exp.tags:
-                client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
+                _tag_experiment(client, exp.experiment_id)
             return str(exp.experiment_id)
         location = None
         uri = tracking_uri(root)
@@ -267,8 +267,8 @@ def _sync(client: Any, exp_id: str, specs: Sequence[RunSpec]) -> SyncReport:
         client.set_tag(run_id, CURRENT, "true")
         report.created += 1
         if old is not None:
-            client.set_tag(old.info.run_id, CURRENT, "false")
-            client.set_tag(old.info.run_id, "lfbench.superseded_by", run_id)
+            _set_tag(client, old.info.run_id, CURRENT, "false")
+            _set_tag(client, old.info.run_id, "lfbench.superseded_by", run_id)
             report.superseded += 1
     return report
 
@@ -283,8 +283,51 @@ def _log_dataset(client: Any, run_id: str, ref: DatasetRef) -> None:
         source_type=source_type,
         source=json.dumps({"uri": ref.source}),
     )
-    client.log_inputs(
-        run_id, [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])]
+    inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])]
+    # Two syncs of one experiment may insert the same dataset at once (one store row per
+    # experiment, name and digest): the loser retries and links the row the winner made.
+    _racing(lambda: client.log_inputs(run_id, inputs))
+
+
+def _racing(call: Callable[[], Any], done: Callable[[], bool] | None = None) -> None:
+    """Make a write that a concurrent sync may be making at the same moment.
+
+    MLflow's SQL store reads, then inserts (a tag of a run, a dataset of an experiment); the loser
+    of two simultaneous inserts fails on the primary key (PostgreSQL `UniqueViolation` on `tag_pk`
+    or `dataset_pk`) and its transaction is rolled back. The write is then done if `done()` says
+    the other sync wrote what we wanted; otherwise it is retried (the row exists now: the store
+    updates or reuses it). Any other failure is raised after the last attempt.
+    """
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(1, _RACE_ATTEMPTS + 1):
+        try:
+            call()
+            return
+        except MlflowException:
+            if done is not None and done():
+                return
+            if attempt == _RACE_ATTEMPTS:
+                raise
+            time.sleep(0.2 * attempt)
+
+
+_RACE_ATTEMPTS = 3
+
+
+def _tag_experiment(client: Any, exp_id: str) -> None:
+    """Mark an experiment as lfbench's (two syncs may find it unmarked at once)."""
+    _racing(
+        lambda: client.set_experiment_tag(exp_id, *EXPERIMENT_KIND),
+        done=lambda: EXPERIMENT_KIND[0] in client.get_experiment(exp_id).tags,
+    )
+
+
+def _set_tag(client: Any, run_id: str, key: str, value: str) -> None:
+    """Set a tag that another sync converging on the same row may be setting too."""
+    _racing(
+        lambda: client.set_tag(run_id, key, value),
+        done=lambda: client.get_run(run_id).data.tags.get(key) == value,
     )
 
 
@@ -322,8 +365,8 @@ def _converge(client: Any, exp_id: str, row_keys: set[str]) -> int:
         else:
             keep = runs[-1]
             for r in runs[:-1]:
-                client.set_tag(r.info.run_id, CURRENT, "false")
-                client.set_tag(r.info.run_id, "lfbench.superseded_by", keep.info.run_id)
+                _set_tag(client, r.info.run_id, CURRENT, "false")
+                _set_tag(client, r.info.run_id, "lfbench.superseded_by", keep.info.run_id)
         log.info(
             "row %s: %d current runs made at once by concurrent syncs; kept %s",
             key,

@@ -143,3 +143,92 @@ def test_two_syncs_into_one_sqlite_store_at_once(
     (ds,) = run.inputs.dataset_inputs
     assert (ds.dataset.name, ds.dataset.digest) == ("t/data.jsonl", "0123456789abcdef")
     assert json.loads(ds.dataset.source) == {"uri": "datasets/data.jsonl"}
+
+
+def test_a_tag_set_by_a_concurrent_sync_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two syncs converging on one row set the same tag on the same run; the loser of the insert
+    fails in the store (PostgreSQL: UniqueViolation on tag_pk). A real SQLite store; the loser's
+    failure is the store's own error raised after the other sync's write has landed."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.stages import tracking
+
+    real = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = real.create_experiment("t")
+    run_id = real.create_run(exp).info.run_id
+
+    class LosesTheFirstInsert:
+        """The real client; its first set_tag races with another sync that sets `other`."""
+
+        def __init__(self, other: str) -> None:
+            self.other, self.calls = other, 0
+
+        def set_tag(self, rid: str, key: str, value: str) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                real.set_tag(rid, key, self.other)  # the other sync's insert wins
+                raise MlflowException("duplicate key value violates unique constraint tag_pk")
+            real.set_tag(rid, key, value)
+
+        def get_run(self, rid: str) -> Any:
+            return real.get_run(rid)
+
+    same = LosesTheFirstInsert(other="keep-1")
+    tracking._set_tag(same, run_id, "lfbench.superseded_by", "keep-1")
+    assert same.calls == 1  # the other sync set the same value: nothing to do
+    assert real.get_run(run_id).data.tags["lfbench.superseded_by"] == "keep-1"
+
+    differs = LosesTheFirstInsert(other="keep-1")
+    tracking._set_tag(differs, run_id, "lfbench.superseded_by", "keep-2")
+    assert differs.calls == 2  # retried as an update
+    assert real.get_run(run_id).data.tags["lfbench.superseded_by"] == "keep-2"
+
+    class AlwaysFails(LosesTheFirstInsert):
+        def set_tag(self, rid: str, key: str, value: str) -> None:
+            self.calls += 1
+            raise MlflowException("the store is down")
+
+    down = AlwaysFails(other="")
+    with pytest.raises(MlflowException, match="the store is down"):
+        tracking._set_tag(down, run_id, "lfbench.superseded_by", "keep-3")
+    assert down.calls == 3
+
+
+def test_a_dataset_inserted_by_a_concurrent_sync_is_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two syncs of one experiment log the same dataset for their runs at once; the loser of the
+    insert (PostgreSQL: UniqueViolation on dataset_pk) retries and links the winner's row."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.stages import tracking
+
+    real = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = real.create_experiment("t")
+    mine, theirs = (real.create_run(exp).info.run_id for _ in range(2))
+    ref = tracking.DatasetRef(
+        name="crux/crux.jsonl", digest="623bd261793c70377e60480ae4d73c55", source="x"
+    )
+
+    class LosesTheFirstInsert:
+        calls = 0
+
+        def log_inputs(self, rid: str, inputs: Any) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                tracking._log_dataset(real, theirs, ref)  # the other sync's insert wins
+                raise MlflowException('duplicate key value violates unique constraint "dataset_pk"')
+            real.log_inputs(rid, inputs)
+
+    client = LosesTheFirstInsert()
+    tracking._log_dataset(client, mine, ref)
+    assert client.calls == 2
+    for rid in (mine, theirs):
+        (only,) = real.get_run(rid).inputs.dataset_inputs
+        assert (only.dataset.name, only.dataset.digest) == (ref.name, ref.digest[:36])

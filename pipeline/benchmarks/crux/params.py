@@ -12,10 +12,9 @@ from pipeline.core.config import (
     OwnedModel,
     PromptFiles,
     Strict,
-    known,
     no_repeats,
 )
-from pipeline.data.haystacks import HAYSTACK_IDS
+from pipeline.data.haystacks import HaystackSelection
 
 PROMPTS = "pipeline/benchmarks/crux/prompts"
 RELEASED = ("oracle", "random", "vector", "longembed", "keywords", "rerank3")
@@ -63,18 +62,8 @@ class CruxPrompts(PromptFiles):
     questions: str = f"{PROMPTS}/questions.txt"
 
 
-class CruxDerived(Strict):
+class CruxDerived(HaystackSelection):
     """The offline default: CRUX queries derived from the SummHay haystacks."""
-
-    haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACK_IDS), min_length=1)
-    subtopics: int | None = Field(default=None, ge=1, description="first N subtopics per haystack")
-
-    @field_validator("haystacks")
-    @classmethod
-    def _known(cls, hs: list[str]) -> list[str]:
-        known("haystack", hs, HAYSTACK_IDS)
-        no_repeats(haystacks=hs)
-        return hs
 
 
 class CruxConstruction(Strict):

@@ -14,10 +14,9 @@ from pipeline.core.config import (
     OwnedModel,
     PromptFiles,
     Strict,
-    known,
     no_repeats,
 )
-from pipeline.data.haystacks import HAYSTACK_IDS
+from pipeline.data.haystacks import HaystackSelection
 
 PROMPTS = "pipeline/benchmarks/long2rag/prompts"
 SETTING_RE = re.compile(r"^(long_context|rag_[1-9][0-9]*)$")
@@ -64,19 +63,10 @@ class Long2ragPrompts(PromptFiles):
     repair: str = f"{PROMPTS}/repair.txt"
 
 
-class Long2ragDerived(Strict):
+class Long2ragDerived(HaystackSelection):
     """The offline default: Long2RAG-format questions derived from SummHay haystacks."""
 
-    haystacks: list[str] = Field(default_factory=lambda: list(HAYSTACK_IDS), min_length=1)
-    subtopics: int | None = Field(default=None, ge=1, description="first N subtopics per haystack")
     retriever: Literal["bm25", "dense"] = "bm25"
-
-    @field_validator("haystacks")
-    @classmethod
-    def _known(cls, hs: list[str]) -> list[str]:
-        known("haystack", hs, HAYSTACK_IDS)
-        no_repeats(haystacks=hs)
-        return hs
 
 
 class Long2ragConstruct(Strict):
