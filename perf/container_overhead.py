@@ -1,14 +1,17 @@
-"""Cost of running stages in the container: per-stage overhead and image build times.
+"""Cost of running stages in the image: size, builds, per-stage overhead, push and pull.
 
-    python perf/container_overhead.py [--base IMAGE] [--repeat 10] [--skip-cold]
+    python perf/container_overhead.py [--base IMAGE] [--repeat 10] [--skip-cold] [--skip-stores]
 
-(i) per-stage overhead: wall time of an empty command (`python -c pass`, then `lfbench
---version`) through the container runner (`containers.run_stage_in_container`, what `lfbench
-run` uses) against the same command as a local process; median of REPEAT runs each.
-(ii) image build time on a copy of the build context (Dockerfile, lock, package): warm (layer
-cache, no change) and cold (`--no-cache`; the wheelhouse download is cached per lock and not
-counted). Prints JSON. Needs a Docker engine and the base image (default $LFBENCH_BASE_IMAGE,
-else lfbench-base:bookworm from scripts/build-base-image.sh).
+(i) image size, against its base; (ii) build times of the recipe of this working tree on BASE:
+present (nothing to do), cached rebuild (layer cache), and two cold builds (`--no-cache`; the
+wheelhouse download is cached per lock and not counted), with whether the two cold builds gave
+the same image id and, if not, how many layers differ; (iii) per-stage overhead: an empty
+command (`python -c pass`, then `python -m pipeline.cli --version` from the mounted workspace)
+through the container runner (what `lfbench run` uses) against the same command as a local
+process, median of REPEAT runs; (iv) push and pull of the image through an OCI registry (Debian's
+docker-registry on loopback) and through a folder DVC remote (`lfbench image push|pull`'s code),
+each pull into an engine that no longer has the image. Prints JSON. Needs a Docker engine and the
+base image (default lfbench-base:bookworm from scripts/build-base-image.sh).
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -30,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import containers  # noqa: E402
+from pipeline import containers, image_store  # noqa: E402
 
 
 def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:
@@ -46,32 +49,110 @@ def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:
     }
 
 
-def _context(dest: Path) -> Path:
-    for name in (
-        "Dockerfile",
-        ".dockerignore",
-        "requirements.lock",
-        "requirements-nodeps.lock",
-        "pyproject.toml",
-    ):
-        shutil.copy2(ROOT / name, dest / name)
-    shutil.copytree(ROOT / "pipeline", dest / "pipeline", ignore=shutil.ignore_patterns("__py*"))
-    return dest
-
-
-def _build(ctx: Path, client: Any, base: str, nocache: bool) -> tuple[float, str]:
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
-    record = containers.build_image(
-        ctx, client=client, base=base, tag="lfbench:bench", nocache=nocache
+    out = fn()
+    return round(time.perf_counter() - start, 2), out
+
+
+def _keep(client: Any, image_id: str) -> None:
+    """A second tag, so that removing the recipe's tag forgets the image only by name."""
+    client.images.get(image_id).tag("lfbench-perf-keep", image_id[7:19])
+
+
+def _cold_pair(ctx: Path, rec: dict[str, Any], client: Any) -> dict[str, Any]:
+    ids, layers, times = [], [], []
+    for _ in range(2):
+        t, image_id = _timed(lambda: containers.build_image(ctx, rec, client=client, nocache=True))
+        times.append(t)
+        ids.append(image_id)
+        layers.append(client.images.get(image_id).attrs["RootFS"]["Layers"])
+        _keep(client, image_id)
+    differ = sum(1 for a, b in zip(*layers, strict=False) if a != b)
+    return {
+        "build_cold_s": times,
+        "cold_builds_same_id": ids[0] == ids[1],
+        "layers": len(layers[0]),
+        "layers_differing": differ,
+        "cold_ids": ids,
+    }
+
+
+def _registry(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp / "registry.yml"
+    cfg.write_text(
+        json.dumps(
+            {
+                "version": 0.1,
+                "storage": {"filesystem": {"rootdirectory": str(tmp / "registry")}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+        )
     )
-    return time.perf_counter() - start, str(record["image_id"])
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    for _ in range(300):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"127.0.0.1:{port}/lfbench"
+        time.sleep(0.1)
+    raise RuntimeError("docker-registry did not start")
+
+
+def _stores(root: Path, rec: dict[str, Any], image_id: str, client: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ws = root / "ws"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
+    subprocess.run(["dvc", "init", "-q"], cwd=ws, check=True)
+    subprocess.run(["dvc", "remote", "add", "-d", "team", str(root / "remote")], cwd=ws, check=True)
+    repo, tag = rec["tag"].split(":")
+
+    def forget() -> None:
+        client.images.remove(rec["tag"])  # the keep tag holds the layers; the name is gone
+        if shutil.which("docker-registry"):
+            for t in client.images.get(image_id).tags:
+                if t.startswith("127.0.0.1:"):
+                    client.images.remove(t)
+
+    _keep(client, image_id)
+    if shutil.which("docker-registry"):
+        proc, registry = _registry(root)
+        try:
+            out["registry_push_s"], ref = _timed(
+                lambda: image_store.push_registry(ws, rec, registry, client=client)
+            )
+            forget()
+            client.images.remove(image_id, force=True)  # a colleague's engine: no layers at all
+            out["registry_pull_s"], got = _timed(
+                lambda: image_store.pull_registry(ws, rec, client=client)
+            )
+            out["registry_same_id"] = got == image_id
+            out["registry_ref"] = ref
+        finally:
+            proc.terminate()
+            proc.wait()
+    _keep(client, image_id)
+    out["dvc_push_s"], dest = _timed(lambda: image_store.push_dvc(ws, rec, client=client))
+    out["dvc_archive_mb"] = round(Path(dest).stat().st_size / 1e6, 1)
+    forget()
+    client.images.remove(image_id, force=True)
+    out["dvc_pull_s"], got = _timed(lambda: image_store.pull_dvc(ws, rec, client=client))
+    out["dvc_same_id"] = got == image_id
+    client.images.get(image_id).tag(repo, tag)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base", default=os.environ.get("LFBENCH_BASE_IMAGE", "lfbench-base:bookworm"))
+    ap.add_argument("--base", default="lfbench-base:bookworm")
     ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--skip-cold", action="store_true", help="Skip the --no-cache build.")
+    ap.add_argument("--skip-cold", action="store_true", help="Skip the --no-cache builds.")
+    ap.add_argument("--skip-stores", action="store_true", help="Skip push and pull.")
     args = ap.parse_args()
 
     client = containers.docker_client()
@@ -79,23 +160,35 @@ def main() -> None:
         sys.exit("no Docker engine answers")
     result: dict[str, Any] = {"base_image": args.base, "repeat": args.repeat}
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = _context(Path(tmp))
+        ctx = Path(tmp) / "ctx"
+        ctx.mkdir()
+        for name in containers.RECIPE_FILES:
+            shutil.copy2(ROOT / name, ctx / name)
+        rec = containers.recipe(ctx, args.base)
+        result["recipe"] = rec["tag"]
         containers.wheelhouse(containers.lock_files(ctx))  # download once, outside the timings
-        _, image = _build(ctx, client, args.base, nocache=False)  # make sure the cache is there
-        warm, warm_id = _build(ctx, client, args.base, nocache=False)
-        result["build_warm_s"] = round(warm, 2)
-        result["build_warm_same_image"] = warm_id == image
         if not args.skip_cold:
-            cold, _ = _build(ctx, client, args.base, nocache=True)
-            result["build_cold_s"] = round(cold, 2)
+            result.update(_cold_pair(ctx, rec, client))
+        image = containers.find_image(client, rec) or containers.build_image(
+            ctx, rec, client=client
+        )
+        result["ensure_present_s"], _ = _timed(
+            lambda: containers.ensure_image(ctx, rec, client=client)
+        )
+        result["build_cached_s"], again = _timed(
+            lambda: containers.build_image(ctx, rec, client=client)
+        )
+        result["build_cached_same_id"] = again == image
         result["image_id"] = image
-        workdir = Path(tmp)
+        result["image_mb"] = round(client.images.get(image).attrs["Size"] / 1e6, 1)
+        result["base_mb"] = round(client.images.get(args.base).attrs["Size"] / 1e6, 1)
 
         def in_container(argv: list[str]) -> Callable[[], object]:
             def go() -> None:
                 out, err = io.StringIO(), io.StringIO()
+                env = {"PYTHONPATH": str(ROOT)}
                 code = containers.run_stage_in_container(
-                    image, argv, workdir, {}, client=client, stdout=out, stderr=err
+                    image, argv, ROOT, env, client=client, stdout=out, stderr=err
                 )
                 if code != 0:
                     raise RuntimeError(err.getvalue())
@@ -103,12 +196,12 @@ def main() -> None:
             return go
 
         def local(argv: list[str]) -> Callable[[], object]:
-            return lambda: subprocess.run(argv, cwd=workdir, check=True, capture_output=True)
+            return lambda: subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
 
-        lfbench = str(Path(sys.executable).parent / "lfbench")
+        cli = ["-m", "pipeline.cli", "--version"]
         for label, c_argv, l_argv in (
             ("python -c pass", ["python", "-c", "pass"], [sys.executable, "-c", "pass"]),
-            ("lfbench --version", ["lfbench", "--version"], [lfbench, "--version"]),
+            ("python -m pipeline.cli --version", ["python", *cli], [sys.executable, *cli]),
         ):
             dock = _median(in_container(c_argv), args.repeat)
             loc = _median(local(l_argv), args.repeat)
@@ -117,6 +210,8 @@ def main() -> None:
                 "local": loc,
                 "overhead_median_s": round(dock["median_s"] - loc["median_s"], 3),
             }
+        if not args.skip_stores:
+            result.update(_stores(Path(tmp), rec, image, client))
     print(json.dumps(result, indent=2))
 
 

@@ -5,10 +5,23 @@ import platform
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-try:
-    __version__ = version("lfbench")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0+unknown"
+
+def _version() -> str:
+    """The installed version, else (the code mounted in the image, not installed) pyproject's."""
+    try:
+        return version("lfbench")
+    except PackageNotFoundError:
+        import re
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            m = re.search(r'^version = "([^"]+)"', pyproject.read_text(encoding="utf-8"), re.M)
+        except OSError:
+            m = None
+        return m.group(1) if m else "0.0.0+unknown"
+
+
+__version__ = _version()
 
 
 def _pin_float_kernels() -> None:

@@ -2,7 +2,8 @@
 
     lfbench data fetch [--mirror DIR]      fill data/ from pinned sources, verified
     lfbench run <stage> [ARGS]             run a pipeline stage in the chosen runtime (dvc.yaml)
-    lfbench image build                    build the stages' image, write build/image.json
+    lfbench image recipe|build|push|pull   the stages' image: its recipe (build/image.json), build,
+                                           and its travels (a registry, the DVC remote)
     lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
     lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
     lfbench check                          validate params.yaml whole (every benchmark section)
@@ -29,7 +30,7 @@ import click
 from pipeline import __version__
 from pipeline.core.config import load_params, load_yaml
 from pipeline.core.errors import LfbenchError, StageFailed
-from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_RUNTIME, git_env
+from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -398,22 +399,25 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
-    client = containers.docker_client() if params.runtime != "local" else None
-    record = containers.read_image_record(root)
-    chosen, why = containers.choose_runtime(params.runtime, client is not None, record)
-    log.info("stage %s: runtime %s (%s)", stage_name, chosen, why)
-    if chosen == "local":
-        os.environ.update(git_env(root))
-        os.environ[ENV_RUNTIME] = chosen
+    decision, client = _runtime(root, params.runtime)
+    log.info("stage %s: runtime %s (%s)", stage_name, decision["runtime"], decision["why"])
+    recipe_env = {ENV_IMAGE_RECIPE: str(decision["recipe"])}
+    if decision["runtime"] == "local":
+        os.environ.update({**git_env(root), **recipe_env, ENV_RUNTIME: "local"})
         stage.main(
             args=[stage_name, *args, "--params", str(params_path)],
             prog_name="lfbench stage",
             standalone_mode=False,
         )
         return
-    assert record is not None
-    image_id = str(record["image_id"])
-    runner_env = {**git_env(root), ENV_RUNTIME: "docker", ENV_IMAGE_DIGEST: image_id}
+    image_id = str(decision["image_id"])
+    runner_env = {
+        **git_env(root),
+        **recipe_env,
+        ENV_RUNTIME: "docker",
+        ENV_IMAGE_DIGEST: image_id,
+        "PYTHONPATH": str(root.resolve()),
+    }
     env = containers.container_env(load_yaml(params_path) or {}, os.environ, runner_env)
     mirror = os.environ.get(containers.ENV_DATA_MIRROR)
     try:
@@ -422,7 +426,7 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
             containers.stage_argv(stage_name, args, params_path),
             root,
             env,
-            client=client,
+            client=client or containers.docker_client(),
             mounts=[Path(mirror)] if mirror else [],
         )
     except containers.Terminated:
@@ -431,55 +435,116 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
         sys.exit(code)
 
 
+def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
+    """Where this `dvc repro`'s stages run: decided (and said, or warned) by its first stage,
+    remembered for the others."""
+    from pipeline import containers
+
+    recipe = containers.read_recipe(root)
+    memo = containers.remembered(root, recipe, requested)
+    if memo is not None:
+        return memo, None
+    client = containers.docker_client() if requested != "local" else None
+    decision = containers.decide(
+        requested,
+        recipe,
+        client=client,
+        obtain=lambda: containers.ensure_image(root, recipe, client=client),
+    )
+    if decision.get("warn"):
+        log.warning(
+            "stages of this run go local, not in the pinned image: %s (set `runtime: local` "
+            "to silence this, or `runtime: docker` to make it an error)",
+            decision["why"],
+        )
+    containers.remember(root, recipe, requested, decision)
+    return decision, client
+
+
 # ---------------------------------------------------------------- image
 
 
 @cli.group()
 def image() -> None:
-    """The container image every stage runs in (runtime docker)."""
+    """The container image every stage runs in: its recipe, build and travels."""
 
 
-@image.command("build")
+@image.command("recipe")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=Path("build/image.json"),
     show_default=True,
-    help="Where to write the image record (DVC output of the `image` stage).",
+    help="Where to write the recipe (DVC output of the `image` stage).",
 )
 @params_option
-@click.option("--base", default=None, help="Base image (default: $LFBENCH_BASE_IMAGE or the pin).")
-@click.option("--tag", default="lfbench:latest", show_default=True)
-@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
-def image_build(out: Path, params_path: Path, base: str | None, tag: str, no_cache: bool) -> None:
-    """Build the image (runtime docker, or auto with an engine) and write its record.
-
-    In the local runtime (params say local, or auto and no engine answers) no image is built:
-    the record says so and only changes when requirements.lock does.
-    """
+def image_recipe(out: Path, params_path: Path) -> None:
+    """Write the image's recipe: base reference and input hashes (no engine needed)."""
     from pipeline import containers
     from pipeline.core.io import write_json
 
     params = load_params(params_path, [])
+    rec = containers.recipe(Path.cwd(), params.image_base)
+    write_json(out, rec)
+    log.info("image: recipe %s on %s (%s)", rec["tag"], rec["base_image"], out)
+
+
+def _engine_and_recipe() -> tuple[Any, dict[str, Any]]:
+    from pipeline import containers
+
+    client = containers.docker_client()
+    if client is None:
+        raise LfbenchError("no Docker engine answers (check DOCKER_HOST or start dockerd)")
+    return client, containers.read_recipe(Path.cwd())
+
+
+@image.command("build")
+@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
+def image_build(no_cache: bool) -> None:
+    """Build the image of build/image.json's recipe (present already: nothing to do)."""
+    from pipeline import containers
+
+    client, rec = _engine_and_recipe()
+    found = None if no_cache else containers.find_image(client, rec)
+    if found is None:
+        found = containers.build_image(Path.cwd(), rec, client=client, nocache=no_cache)
+    click.echo(f"{rec['tag']} {found}")
+
+
+@image.command("push")
+@click.option("--registry", default=None, help="HOST:PORT/REPO of an OCI registry.")
+@click.option("--dvc", "to_dvc", is_flag=True, help="Save the image into the DVC remote.")
+@click.option("--remote", default=None, help="The DVC remote (default: the project's).")
+def image_push(registry: str | None, to_dvc: bool, remote: str | None) -> None:
+    """Send the recipe's image to a registry (pinned by digest in build/image.refs.json, which
+    you commit) and/or to the DVC remote (an archive keyed by the recipe digest)."""
+    from pipeline import image_store
+
+    if not registry and not to_dvc:
+        raise click.UsageError("say where: --registry HOST:PORT/REPO and/or --dvc")
+    client, rec = _engine_and_recipe()
     root = Path.cwd()
-    client = containers.docker_client() if params.runtime != "local" else None
-    chosen = containers.build_runtime(params.runtime, client is not None)
-    record = None
-    if chosen == "docker":
-        try:
-            record = containers.build_image(
-                root, client=client, base=base, tag=tag, nocache=no_cache
-            )
-        except containers.BaseUnavailable as e:
-            if params.runtime == "docker":
-                raise
-            log.warning("image: %s; runtime auto falls back to local", e)
-    if record is None:
-        record = containers.local_record(root / "requirements.lock")
-        log.info("image: runtime local, no image built (%s)", out)
-    else:
-        log.info("image: %s built (%s)", record["image_id"], out)
-    write_json(out, record)
+    if registry:
+        ref = image_store.push_registry(root, rec, registry, client=client)
+        click.echo(f"registry: {ref} (recorded in {image_store.REFS_JSON}: commit it)")
+    if to_dvc:
+        click.echo(f"dvc: {image_store.push_dvc(root, rec, client=client, remote=remote)}")
+
+
+@image.command("pull")
+def image_pull() -> None:
+    """Fetch the recipe's image: from the registry its digest names, else the DVC remote."""
+    from pipeline import containers, image_store
+
+    client, rec = _engine_and_recipe()
+    found = containers.find_image(client, rec)
+    got = (found, "present") if found else image_store.pull(Path.cwd(), rec, client=client)
+    if got is None:
+        raise LfbenchError(
+            f"no store has the image of recipe {rec['tag']}: `lfbench image build`, "
+            "then `lfbench image push`"
+        )
+    click.echo(f"{rec['tag']} {got[0]} ({got[1]})")
 
 
 @cli.command()

@@ -1,9 +1,18 @@
-"""Running a stage in the pinned image: runtime choice, image build, container runs, records.
+"""Running a stage in the pinned image: the recipe, runtime choice, image build, container runs.
 
-- `choose_runtime` decides where a stage runs (params `runtime: auto|docker|local`).
+- The image is the environment only: the pinned base and the hash-locked dependencies. The
+  project's code runs from the mounted workspace, so a code change re-runs only the stages whose
+  code changed, exactly as locally.
+- `recipe` is what build/image.json records (the `image` stage): the base reference and the hashes
+  of the Dockerfile, .dockerignore and locks, and their digest. It is input-addressed: the same on
+  every machine, whether stages then run in docker or locally, so dvc.lock is too. The image of a
+  recipe is tagged `lfbench:<recipe12>` and labelled with the full digest.
+- `decide` says where the stages of one `dvc repro` run (params `runtime: auto|docker|local`):
+  auto takes the recipe's image when an engine answers and the image is present, pulled
+  (`image_store`: a registry, then the DVC remote) or built; otherwise local, with one warning.
+  The decision is remembered for the rest of that `dvc repro` (`.lfbench/runtime/`).
 - `build_image` makes the image from the Dockerfile and a hash-locked wheelhouse downloaded on
-  the host, and returns the record `lfbench image build` writes to build/image.json; in the local
-  runtime `local_record` is written instead (deterministic: it changes only with the lock).
+  the host.
 - `run_stage_in_container` runs a command in the image with the workspace mounted at the same
   path, the caller's uid:gid, host networking and an allow-listed environment (`container_env`),
   streams its output and returns its exit status; the container is always removed.
@@ -36,6 +45,7 @@ from pipeline.core.lineage import (
     ENV_GIT_COMMIT,
     ENV_GIT_DIRTY,
     ENV_IMAGE_DIGEST,
+    ENV_IMAGE_RECIPE,
     ENV_RUNTIME,
 )
 
@@ -46,14 +56,25 @@ Runtime = Literal["docker", "local"]
 IMAGE_JSON = Path("build/image.json")
 WHEELHOUSE_DIR = Path("build/wheelhouse")
 NODEPS_LOCK = "requirements-nodeps.lock"
-DEFAULT_TAG = "lfbench:latest"
-ENV_BASE_IMAGE = "LFBENCH_BASE_IMAGE"
+IMAGE_REPO = "lfbench"
+RECIPE_LABEL = "org.lfbench.recipe"
 ENV_DATA_MIRROR = "LFBENCH_DATA_MIRROR"
 ENV_CACHE = "LFBENCH_CACHE_DIR"
+ENV_IMAGE_PULL = "LFBENCH_IMAGE_PULL"  # 0: never pull an image (build it instead)
 # What the runner itself sets for a stage; only these LFBENCH_* variables go in.
-RUNNER_VARS = (ENV_GIT_COMMIT, ENV_GIT_DIRTY, ENV_RUNTIME, ENV_IMAGE_DIGEST, ENV_DATA_MIRROR)
+RUNNER_VARS = (
+    ENV_GIT_COMMIT,
+    ENV_GIT_DIRTY,
+    ENV_RUNTIME,
+    ENV_IMAGE_DIGEST,
+    ENV_IMAGE_RECIPE,
+    ENV_DATA_MIRROR,
+    "PYTHONPATH",
+)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+# Inputs of the recipe: what the image is made of (the wheelhouse follows from the locks).
+RECIPE_FILES = ("Dockerfile", ".dockerignore", "requirements.lock", NODEPS_LOCK)
 PING_TIMEOUT_S = 5
 # Every call after the ping (create, attach, wait, stop, remove): a busy engine on 2 cores can take
 # well over the ping's 5 s to remove a container, and a call cut short by the client's timeout
@@ -87,51 +108,125 @@ def docker_client(timeout: int = PING_TIMEOUT_S) -> Any | None:
         return None
 
 
-def read_image_record(root: Path) -> dict[str, Any] | None:
+def read_recipe(root: Path) -> dict[str, Any]:
+    """build/image.json (the `image` stage's output), checked."""
     path = root / IMAGE_JSON
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise LfbenchError(f"{IMAGE_JSON} is missing: run `dvc repro image`") from e
+    except (OSError, json.JSONDecodeError) as e:
+        raise LfbenchError(f"{IMAGE_JSON}: not a readable JSON file ({e})") from e
+    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or "recipe" not in data:
+        raise LfbenchError(
+            f"{IMAGE_JSON}: not an image recipe of version {RECORD_VERSION} "
+            "(made by an older lfbench?): run `dvc repro image`"
+        )
+    return data
+
+
+Decision = dict[str, Any]  # runtime, why, image_id (docker), recipe, how (present/pulled/built)
+
+
+def decide(
+    requested: str,
+    recipe: Mapping[str, Any],
+    *,
+    client: Any | None,
+    obtain: Callable[[], tuple[str, str]],
+) -> Decision:
+    """Where stages run. `obtain` returns (image id, how it was had) or raises.
+
+    local: always local. docker: the engine and the image are required (a clear error
+    otherwise). auto: docker when the engine answers and the image can be had; else local.
+    """
+    base = {"recipe": recipe["recipe"]}
+    if requested == "local":
+        return {**base, "runtime": "local", "why": "params say local"}
+    if requested not in ("auto", "docker"):
+        raise LfbenchError(f"unknown runtime {requested!r} (auto, docker or local)")
+    if client is None:
+        if requested == "docker":
+            raise LfbenchError(
+                "runtime docker: no Docker engine answers (check DOCKER_HOST or start dockerd)"
+            )
+        return {**base, "runtime": "local", "why": "auto: no Docker engine answers", "warn": True}
+    try:
+        image_id, how = obtain()
+    except Exception as e:  # the engine's, a store's or a build's failure
+        if not isinstance(e, LfbenchError):
+            e = LfbenchError(f"{type(e).__name__}: {e}")
+        if requested == "docker":
+            raise LfbenchError(f"runtime docker: no image for recipe {recipe['tag']}: {e}") from e
+        return {
+            **base,
+            "runtime": "local",
+            "why": f"auto: no image for recipe {recipe['tag']}: {e}",
+            "warn": True,
+        }
+    return {
+        **base,
+        "runtime": "docker",
+        "image_id": image_id,
+        "how": how,
+        "why": f"{requested}: image {image_id[:19]} ({how})",
+    }
+
+
+def _proc_start(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot): with the pid, a unique process key."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    return ppid if ppid > 1 else None
+
+
+def repro_key() -> str:
+    """The `dvc` process this stage runs under (pid and start time), or this process if none:
+    one runtime decision, and one warning, per `dvc repro` (or `dvc exp run`)."""
+    pid: int | None = os.getppid()
+    while pid is not None:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            break
+        if any(Path(a.decode(errors="replace")).name == "dvc" for a in argv[:3]):
+            return f"{pid}-{_proc_start(pid)}"
+        pid = _parent(pid)
+    return f"{os.getpid()}-{_proc_start(os.getpid())}"
+
+
+def memo_path(root: Path, recipe: Mapping[str, Any], requested: str) -> Path:
+    return root / ".lfbench" / "runtime" / f"{repro_key()}-{requested}-{recipe['recipe'][:12]}.json"
+
+
+def remembered(root: Path, recipe: Mapping[str, Any], requested: str) -> Decision | None:
+    """This `dvc repro`'s decision, if an earlier stage of it made one."""
+    try:
+        data = json.loads(memo_path(root, recipe, requested).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def choose_runtime(
-    requested: str, engine: bool, record: Mapping[str, Any] | None
-) -> tuple[Runtime, str]:
-    """Where a stage runs, and why. `docker` without an engine or an image is an error."""
-    image = (record or {}).get("image_id")
-    if requested == "local":
-        return "local", "params say local"
-    if requested == "docker":
-        if not engine:
-            raise LfbenchError(
-                "runtime docker: no Docker engine answers (check DOCKER_HOST or start dockerd)"
-            )
-        if not image:
-            raise LfbenchError(
-                f"runtime docker: {IMAGE_JSON} names no image; build it with "
-                "`lfbench image build` (or `dvc repro image`) while runtime is docker"
-            )
-        return "docker", f"params say docker; image {str(image)[:19]}"
-    if requested != "auto":
-        raise LfbenchError(f"unknown runtime {requested!r} (auto, docker or local)")
-    if not engine:
-        return "local", "auto: no Docker engine answers"
-    if not image:
-        return "local", f"auto: {IMAGE_JSON} names no image"
-    return "docker", f"auto: engine answers and image {str(image)[:19]} is built"
-
-
-def build_runtime(requested: str, engine: bool) -> Runtime:
-    """Where `lfbench image build` builds: local when asked, or auto without an engine."""
-    if requested == "local" or (requested == "auto" and not engine):
-        return "local"
-    if requested == "docker" and not engine:
-        raise LfbenchError(
-            "runtime docker: no Docker engine answers (check DOCKER_HOST or start dockerd)"
-        )
-    return "docker"
+def remember(root: Path, recipe: Mapping[str, Any], requested: str, decision: Decision) -> None:
+    folder = root / ".lfbench" / "runtime"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.json"):  # decisions of finished dvc runs
+        pid = old.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            old.unlink(missing_ok=True)
+    write_json(memo_path(root, recipe, requested), dict(decision))
 
 
 # ---------------------------------------------------------------- environment allow-list
@@ -219,6 +314,7 @@ def stage_record(stage: str, argv: Sequence[str]) -> dict[str, Any]:
         "args": list(argv),
         "runtime": runtime,
         "image_digest": os.environ.get(ENV_IMAGE_DIGEST),
+        "image_recipe": os.environ.get(ENV_IMAGE_RECIPE),
         "container_id": own_container_id(),
         "uid": os.getuid(),
         "gid": os.getgid(),
@@ -354,17 +450,26 @@ def default_base_image(dockerfile: Path) -> str:
     return m.group(1)
 
 
-def local_record(lock: Path) -> dict[str, Any]:
-    """The record of the local runtime: no image; changes only when a lock changes."""
-    record: dict[str, Any] = {
+def recipe(root: Path, base: str | None = None) -> dict[str, Any]:
+    """What build/image.json records: the image's inputs and their digest (no engine needed).
+
+    `base` is params' `image_base` (None: the Dockerfile's digest-pinned `ARG BASE_IMAGE`).
+    """
+    files = {}
+    for name in RECIPE_FILES:
+        path = root / name
+        if path.exists():
+            files[name] = sha256_file(path)
+        elif name != NODEPS_LOCK:
+            raise LfbenchError(f"image recipe: {name} is missing")
+    inputs = {"base_image": base or default_base_image(root / "Dockerfile"), "files": files}
+    digest = hashlib.sha256(canonical_json(inputs).encode()).hexdigest()
+    return {
         "version": RECORD_VERSION,
-        "runtime": "local",
-        "image_id": None,
-        "lock_sha256": sha256_file(lock),
+        **inputs,
+        "recipe": digest,
+        "tag": f"{IMAGE_REPO}:{digest[:12]}",
     }
-    if (lock.parent / NODEPS_LOCK).exists():
-        record["nodeps_lock_sha256"] = sha256_file(lock.parent / NODEPS_LOCK)
-    return record
 
 
 class BaseUnavailable(LfbenchError):
@@ -378,43 +483,60 @@ def ensure_base(client: Any, base: str) -> Any:
         return client.images.get(base)
     except docker.errors.ImageNotFound:
         pass
+    if os.environ.get(ENV_IMAGE_PULL) == "0":
+        raise BaseUnavailable(f"base image {base} is not present ({ENV_IMAGE_PULL}=0: no pull)")
     try:
         log.info("image: pulling base %s", base)
         return client.images.pull(base)
     except docker.errors.APIError as e:
         raise BaseUnavailable(
             f"base image {base} is not present and cannot be pulled "
-            f"({e.explanation or e}); build an air-gapped one with "
-            f"scripts/build-base-image.sh and set {ENV_BASE_IMAGE}=lfbench-base:bookworm"
+            f"({e.explanation or e}); without a registry, build an air-gapped one with "
+            "scripts/build-base-image.sh and set `image_base: lfbench-base:bookworm` in params.yaml"
         ) from e
+
+
+def find_image(client: Any, rec: Mapping[str, Any]) -> str | None:
+    """The id of the recipe's image on this engine, if present (tag and label agree)."""
+    import docker.errors
+
+    try:
+        image = client.images.get(rec["tag"])
+    except docker.errors.ImageNotFound:
+        return None
+    if (image.labels or {}).get(RECIPE_LABEL) != rec["recipe"]:
+        log.warning("image: %s is not labelled with recipe %s; ignored", rec["tag"], rec["recipe"])
+        return None
+    return str(image.id)
 
 
 def build_image(
     root: Path,
+    rec: Mapping[str, Any],
     *,
     client: Any,
-    base: str | None = None,
-    tag: str = DEFAULT_TAG,
     nocache: bool = False,
     emit: Callable[[str], None] = log.info,
-) -> dict[str, Any]:
-    """Build the image from `root` (its Dockerfile) and return its record for image.json."""
+) -> str:
+    """Build the recipe's image from `root` (its Dockerfile) and return its id."""
     import docker.errors
 
-    dockerfile = root / "Dockerfile"
-    lock = root / "requirements.lock"
-    base = base or os.environ.get(ENV_BASE_IMAGE) or default_base_image(dockerfile)
-    base_image = ensure_base(client, base)
+    if recipe(root, rec["base_image"])["recipe"] != rec["recipe"]:
+        raise LfbenchError(
+            f"{IMAGE_JSON} is stale: the Dockerfile, .dockerignore or a lock changed since it was "
+            "written; run `dvc repro image`"
+        )
+    base = str(rec["base_image"])
+    ensure_base(client, base)
     stage_wheelhouse(wheelhouse(lock_files(root), emit), root / WHEELHOUSE_DIR)
-    emit(f"image: building {tag} on {base}")
-    image_id = None
+    emit(f"image: building {rec['tag']} on {base}")
     tail: deque[str] = deque(maxlen=20)
     try:
         for chunk in client.api.build(
             path=str(root),
             dockerfile="Dockerfile",
-            tag=tag,
-            buildargs={"BASE_IMAGE": base},
+            tag=rec["tag"],
+            buildargs={"BASE_IMAGE": base, "RECIPE": rec["recipe"]},
             rm=True,
             forcerm=True,
             nocache=nocache,
@@ -428,23 +550,33 @@ def build_image(
             if line:
                 log.debug("%s", line)
                 tail.extend(t for t in line.splitlines() if t.strip())
-            aux = chunk.get("aux")
-            if isinstance(aux, dict) and "ID" in aux:
-                image_id = str(aux["ID"])
     except docker.errors.APIError as e:
         raise LfbenchError(f"docker build failed: {e.explanation or e}") from e
-    image_id = client.images.get(tag).id if image_id is None else image_id
-    return {
-        "version": RECORD_VERSION,
-        "runtime": "docker",
-        "image_id": image_id,
-        "tag": tag,
-        "base_image": base,
-        "base_image_id": base_image.id,
-        "lock_sha256": sha256_file(lock),
-        "locks_sha256": locks_sha256(lock_files(root)),
-        "dockerfile_sha256": sha256_file(dockerfile),
-    }
+    found = find_image(client, rec)
+    if found is None:
+        raise LfbenchError(f"docker build of {rec['tag']} left no image labelled with its recipe")
+    return found
+
+
+def ensure_image(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    emit: Callable[[str], None] = log.info,
+) -> tuple[str, str]:
+    """The recipe's image on this engine: present, pulled (a registry, then the DVC remote)
+    or built. Returns (image id, how)."""
+    from pipeline import image_store
+
+    found = find_image(client, rec)
+    if found:
+        return found, "present"
+    if os.environ.get(ENV_IMAGE_PULL) != "0":
+        pulled = image_store.pull(root, rec, client=client, emit=emit)
+        if pulled:
+            return pulled
+    return build_image(root, rec, client=client, emit=emit), "built"
 
 
 # ---------------------------------------------------------------- running in a container
@@ -573,4 +705,6 @@ def remove_container(client: Any, container_id: str) -> bool:
 
 
 def stage_argv(stage: str, args: Sequence[str], params_path: Path) -> list[str]:
-    return ["lfbench", "stage", stage, *args, "--params", str(params_path)]
+    """The command in the container: the workspace's own code (on PYTHONPATH) in the image's
+    environment."""
+    return ["python", "-m", "pipeline.cli", "stage", stage, *args, "--params", str(params_path)]

@@ -44,9 +44,9 @@ def lineage(root: Path, benchmarks: list[str]) -> dict[str, str]:
         ds = root / "datasets" / f"{name}.jsonl"
         out[f"dataset digest (datasets/{name}.jsonl md5)"] = file_digest(ds) if ds.exists() else "-"
     return out | {
-        "runtime": str(img.get("runtime", "unknown")),
-        "image": str(img.get("image_id") or "none (local runtime)"),
-        "requirements.lock sha256": str(img.get("lock_sha256", "-")),
+        "image recipe (build/image.json)": str(img.get("tag", "-")),
+        "image base": str(img.get("base_image", "-")),
+        "requirements.lock sha256": str((img.get("files") or {}).get("requirements.lock", "-")),
     }
 
 

@@ -9,7 +9,7 @@
 # the Dockerfile creates its own venv, so it builds on this base as on the official python image:
 #
 #   scripts/build-base-image.sh
-#   LFBENCH_BASE_IMAGE=lfbench-base:bookworm lfbench image build
+#   then in params.yaml: image_base: lfbench-base:bookworm  (and `dvc repro`)
 #
 # Idempotent: if NAME already exists it does nothing (pass --force to rebuild). Needs root (for
 # debootstrap), a Docker engine, and a Debian mirror (DEBIAN_MIRROR, default deb.debian.org).

@@ -1,5 +1,6 @@
-"""The container runtime's pure parts: runtime choice, the environment allow-list, the container
-id seen from inside, stage records and the deterministic local image record."""
+"""The container runtime's pure parts: the input-addressed recipe, the runtime decision and its
+memo per `dvc repro`, the environment allow-list, the container id seen from inside and stage
+records."""
 
 from __future__ import annotations
 
@@ -15,51 +16,70 @@ from pipeline.core.config import Params
 from pipeline.core.errors import LfbenchError
 from tests.conftest import ROOT, run
 
-IMAGE = {"runtime": "docker", "image_id": "sha256:" + "ab" * 32}
-LOCAL = {"runtime": "local", "image_id": None}
+RECIPE = {"recipe": "ab" * 32, "tag": "lfbench:" + "ab" * 6}
+IMAGE_ID = "sha256:" + "cd" * 32
+
+
+def _has() -> tuple[str, str]:
+    return IMAGE_ID, "present"
+
+
+def _cannot() -> tuple[str, str]:
+    raise LfbenchError("base image x is not present and cannot be pulled")
+
+
+def _crashes() -> tuple[str, str]:
+    raise OSError("the engine hung up")
 
 
 @pytest.mark.parametrize(
-    ("requested", "engine", "record", "chosen"),
+    ("requested", "engine", "obtain", "chosen", "warn"),
     [
-        ("local", True, IMAGE, "local"),
-        ("local", False, None, "local"),
-        ("auto", False, IMAGE, "local"),
-        ("auto", True, None, "local"),
-        ("auto", True, LOCAL, "local"),
-        ("auto", True, IMAGE, "docker"),
-        ("docker", True, IMAGE, "docker"),
+        ("local", True, _has, "local", False),
+        ("local", False, _cannot, "local", False),
+        ("auto", False, _has, "local", True),
+        ("auto", True, _cannot, "local", True),
+        ("auto", True, _crashes, "local", True),
+        ("auto", True, _has, "docker", False),
+        ("docker", True, _has, "docker", False),
     ],
 )
-def test_choose_runtime(
-    requested: str, engine: bool, record: dict[str, Any] | None, chosen: str
-) -> None:
-    got, why = c.choose_runtime(requested, engine, record)
-    assert got == chosen and why
+def test_decide(requested: str, engine: bool, obtain: Any, chosen: str, warn: bool) -> None:
+    got = c.decide(requested, RECIPE, client=object() if engine else None, obtain=obtain)
+    assert got["runtime"] == chosen and got["why"] and got["recipe"] == RECIPE["recipe"]
+    assert bool(got.get("warn")) == warn
+    assert got.get("image_id") == (IMAGE_ID if chosen == "docker" else None)
 
 
 @pytest.mark.parametrize(
-    ("engine", "record", "message"),
+    ("engine", "obtain", "message"),
     [
-        (False, IMAGE, "no Docker engine answers"),
-        (True, None, "names no image"),
-        (True, LOCAL, "names no image"),
+        (False, _has, "no Docker engine answers"),
+        (True, _cannot, "cannot be pulled"),
+        (True, _crashes, "OSError: the engine hung up"),
     ],
 )
-def test_docker_runtime_fails_clearly(
-    engine: bool, record: dict[str, Any] | None, message: str
-) -> None:
+def test_docker_runtime_fails_clearly(engine: bool, obtain: Any, message: str) -> None:
     with pytest.raises(LfbenchError, match=message):
-        c.choose_runtime("docker", engine, record)
+        c.decide("docker", RECIPE, client=object() if engine else None, obtain=obtain)
 
 
-def test_build_runtime() -> None:
-    assert c.build_runtime("local", True) == "local"
-    assert c.build_runtime("auto", False) == "local"
-    assert c.build_runtime("auto", True) == "docker"
-    assert c.build_runtime("docker", True) == "docker"
-    with pytest.raises(LfbenchError, match="no Docker engine"):
-        c.build_runtime("docker", False)
+def test_the_decision_is_remembered_per_dvc_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stages of one `dvc repro` share the first stage's decision; another run decides anew."""
+    monkeypatch.setattr(c, "repro_key", lambda: "999999998-1")  # a dvc process, gone by now
+    assert c.remembered(tmp_path, RECIPE, "auto") is None
+    decision = {"runtime": "local", "why": "auto: no Docker engine answers", "recipe": "x"}
+    c.remember(tmp_path, RECIPE, "auto", decision)
+    assert c.remembered(tmp_path, RECIPE, "auto") == decision
+    assert c.remembered(tmp_path, RECIPE, "docker") is None  # params changed: decide again
+    monkeypatch.setattr(c, "repro_key", lambda: "999999999-1")  # another dvc process
+    assert c.remembered(tmp_path, RECIPE, "auto") is None
+    c.remember(tmp_path, RECIPE, "auto", decision)  # and the finished run's memo is swept
+    assert [p.name.split("-")[0] for p in (tmp_path / ".lfbench" / "runtime").iterdir()] == [
+        "999999999"
+    ]
 
 
 RAW_PARAMS: dict[str, Any] = {
@@ -169,36 +189,66 @@ def test_stage_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(rec["uid"], int) and isinstance(rec["gid"], int)
 
 
-def test_local_image_record_is_deterministic(tmp_path: Path) -> None:
-    """`lfbench image build` with runtime local: same bytes every time; only the lock changes it."""
-    for name in ("params.yaml", "requirements.lock", "Dockerfile"):
+def _project(tmp_path: Path) -> Path:
+    for name in ("params.yaml", *c.RECIPE_FILES):
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
-    params = (tmp_path / "params.yaml").read_text().replace("runtime: auto", "runtime: local")
-    (tmp_path / "params.yaml").write_text(params)
+    return tmp_path
+
+
+def test_the_recipe_is_input_addressed(tmp_path: Path) -> None:
+    """`lfbench image recipe`: the same bytes every time and with or without an engine (no
+    image id in it); a changed lock, Dockerfile or base makes a new recipe; nothing else does."""
+    proj = _project(tmp_path)
+    dead = {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"}
     out = []
-    for i in range(2):
-        run(["lfbench", "image", "build", "--out", f"image{i}.json"], tmp_path)
-        out.append((tmp_path / f"image{i}.json").read_bytes())
+    for i, env in enumerate((None, dead)):
+        run(["lfbench", "image", "recipe", "--out", f"image{i}.json"], proj, env)
+        out.append((proj / f"image{i}.json").read_bytes())
     assert out[0] == out[1]
     rec = json.loads(out[0])
-    assert rec == c.local_record(tmp_path / "requirements.lock")
-    assert rec["runtime"] == "local" and rec["image_id"] is None
-    with (tmp_path / "requirements.lock").open("a") as f:
-        f.write("# changed\n")
-    run(["lfbench", "image", "build", "--out", "image2.json"], tmp_path)
-    assert json.loads((tmp_path / "image2.json").read_text())["lock_sha256"] != rec["lock_sha256"]
+    assert rec == c.recipe(proj) == c.recipe(ROOT)
+    assert rec["base_image"] == c.default_base_image(ROOT / "Dockerfile")
+    assert rec["tag"] == f"lfbench:{rec['recipe'][:12]}" and "image_id" not in rec
+    assert set(rec["files"]) == set(c.RECIPE_FILES)
+    (proj / "README.md").write_text("not an input\n")
+    assert c.recipe(proj) == rec
+    seen = {rec["recipe"], c.recipe(proj, "lfbench-base:bookworm")["recipe"]}
+    for name in c.RECIPE_FILES:
+        with (proj / name).open("a") as f:
+            f.write("# changed\n")
+        seen.add(c.recipe(proj)["recipe"])
+    assert len(seen) == 2 + len(c.RECIPE_FILES)
 
 
-def test_auto_without_engine_runs_locally(tmp_path: Path) -> None:
-    """`auto` with a dead DOCKER_HOST: the image stage writes the local record (no error)."""
-    for name in ("params.yaml", "requirements.lock", "Dockerfile"):
-        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
-    dead = f"unix://{tmp_path / 'dead.sock'}"
-    proc = run(
-        ["lfbench", "image", "build", "--out", "image.json"], tmp_path, {"DOCKER_HOST": dead}
+def test_a_stale_or_old_recipe_is_refused(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    with pytest.raises(LfbenchError, match="missing: run `dvc repro image`"):
+        c.read_recipe(proj)
+    (proj / "build").mkdir()
+    (proj / "build" / "image.json").write_text('{"runtime": "local", "image_id": null}')
+    with pytest.raises(LfbenchError, match="not an image recipe of version 2"):
+        c.read_recipe(proj)
+
+
+def test_auto_without_engine_runs_locally_with_one_warning(tmp_path: Path) -> None:
+    """`lfbench run` with auto and a dead DOCKER_HOST: local, warned once per dvc run."""
+    proj = _project(tmp_path)
+    dead = {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"}
+    run(["lfbench", "image", "recipe"], proj)
+    decision, _ = _runtime_in(proj, dead)
+    assert decision["runtime"] == "local" and "no Docker engine answers" in decision["why"]
+
+
+def _runtime_in(proj: Path, env: dict[str, str]) -> tuple[dict[str, Any], str]:
+    code = (
+        "import json, logging, sys; logging.basicConfig(level=logging.WARNING);"
+        "from pathlib import Path; from pipeline.cli import _runtime;"
+        "d1, _ = _runtime(Path.cwd(), 'auto'); d2, _ = _runtime(Path.cwd(), 'auto');"
+        "assert d1 == d2, (d1, d2); print(json.dumps(d1))"
     )
-    assert json.loads((tmp_path / "image.json").read_text())["runtime"] == "local"
-    assert "no image built" in proc.stderr
+    proc = run([sys.executable, "-c", code], proj, env)
+    assert proc.stderr.count("stages of this run go local") == 1, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
 
 
 def test_wheelhouse_check_names_missing_entries(tmp_path: Path) -> None:

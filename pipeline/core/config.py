@@ -337,6 +337,9 @@ class Params(Strict):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     runtime: Literal["auto", "docker", "local"] = "auto"
+    # The image's base (None: the Dockerfile's digest-pinned `ARG BASE_IMAGE`); part of the
+    # image recipe, so every stage re-runs when it changes.
+    image_base: str | None = None
     # Extra environment variables a stage's container may see (beyond the API keys named by
     # api_key_env); see README "Containers".
     env_passthrough: list[str] = []

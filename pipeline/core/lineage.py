@@ -21,6 +21,7 @@ ENV_GIT_COMMIT = "LFBENCH_GIT_COMMIT"
 ENV_GIT_DIRTY = "LFBENCH_GIT_DIRTY"
 ENV_RUNTIME = "LFBENCH_RUNTIME"
 ENV_IMAGE_DIGEST = "LFBENCH_IMAGE_DIGEST"
+ENV_IMAGE_RECIPE = "LFBENCH_IMAGE_RECIPE"
 ENV_CONTAINER_ID = "LFBENCH_CONTAINER_ID"
 
 
@@ -131,4 +132,5 @@ def runtime_tags() -> dict[str, str]:
     return {
         "runtime": os.environ.get(ENV_RUNTIME, "local"),
         "image.digest": os.environ.get(ENV_IMAGE_DIGEST, "none"),
+        "image.recipe": os.environ.get(ENV_IMAGE_RECIPE, "none"),
     }

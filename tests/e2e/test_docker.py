@@ -1,7 +1,7 @@
 """Stages in the pinned image: same numbers as a local run, lineage, the environment allow-list.
 
-Needs a Docker engine and a base image present locally (no registry is reachable here):
-$LFBENCH_BASE_IMAGE, else $LFBENCH_TEST_BASE_IMAGE, else `lfbench-base:bookworm` (made by
+Needs a Docker engine and a base image present locally (no registry is reachable here), named
+in params `image_base`: $LFBENCH_TEST_BASE_IMAGE, else `lfbench-base:bookworm` (made by
 scripts/build-base-image.sh; .ci/run builds it). Skipped, with the reason, otherwise.
 """
 
@@ -27,11 +27,7 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _base_image() -> str:
-    return (
-        os.environ.get("LFBENCH_BASE_IMAGE")
-        or os.environ.get("LFBENCH_TEST_BASE_IMAGE")
-        or "lfbench-base:bookworm"
-    )
+    return os.environ.get("LFBENCH_TEST_BASE_IMAGE") or "lfbench-base:bookworm"
 
 
 @pytest.fixture(scope="module")
@@ -46,32 +42,35 @@ def engine() -> Any:
     except docker.errors.ImageNotFound:
         pytest.skip(
             f"base image {_base_image()} is not present locally (no registry here): "
-            "run scripts/build-base-image.sh or set LFBENCH_BASE_IMAGE"
+            "run scripts/build-base-image.sh or set LFBENCH_TEST_BASE_IMAGE"
         )
     return client
 
 
 @pytest.fixture(scope="module")
-def image_id(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The image built from the working tree's Dockerfile, lock and package."""
+def image(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The recipe of the working tree (Dockerfile, .dockerignore, locks) on the test base, and
+    its image, built here unless present: the recipe of every project these tests copy."""
     ctx = tmp_path_factory.mktemp("ctx")
-    for name in (
-        "Dockerfile",
-        ".dockerignore",
-        "requirements.lock",
-        "requirements-nodeps.lock",
-        "pyproject.toml",
-    ):
+    for name in containers.RECIPE_FILES:
         shutil.copy2(ROOT / name, ctx / name)
-    shutil.copytree(ROOT / "pipeline", ctx / "pipeline", ignore=shutil.ignore_patterns("__py*"))
-    record = containers.build_image(ctx, client=engine, base=_base_image(), tag="lfbench:test")
-    return str(record["image_id"])
+    rec = containers.recipe(ctx, _base_image())
+    found = containers.find_image(engine, rec)
+    if found is None:
+        found = containers.build_image(ctx, rec, client=engine)
+    return {**rec, "image_id": found}
+
+
+@pytest.fixture(scope="module")
+def image_id(image: dict[str, Any]) -> str:
+    return str(image["image_id"])
 
 
 def _params(proj: Path, runtime: str) -> None:
     path = proj / "params.yaml"
     params = yaml.safe_load(path.read_text(encoding="utf-8"))
     params["runtime"] = runtime
+    params["image_base"] = _base_image()  # the air-gapped base: no registry is reachable here
     params["summhay"]["haystacks"] = ["news1"]
     params["summhay"]["lengths"]["haystacks"] = []  # no length study here
     params["models"]["published"]["systems"] = ["gpt-4o"]
@@ -99,19 +98,32 @@ def _records(proj: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_docker_and_local_runs_give_identical_metrics(
-    engine: Any, image_id: str, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_docker_by_default_and_local_give_identical_results(
+    engine: Any,
+    image: dict[str, Any],
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The default `runtime: auto` with an engine runs every stage in the recipe's image; without
+    an engine the same params run locally, warned once. Same outputs, same dvc.lock. Then a
+    colleague's clone gets data and image from the DVC remote and runs in the same image id."""
     local = tmp_path / "local"
     shutil.copytree(project, local, symlinks=True)
-    _params(project, "docker")
-    _params(local, "local")
+    _params(project, "auto")
+    _params(local, "auto")
 
-    out = run(["dvc", "repro"], project, {"LFBENCH_BASE_IMAGE": _base_image()})
-    assert "runtime docker" in out.stderr
-    run(["dvc", "repro"], local, {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"})
+    out = run(["dvc", "repro"], project)
+    said = re.findall(r"stage (\S+): runtime (\S+) \((.*)\)", out.stderr)
+    assert len(said) >= 16 and {r for _, r, _ in said} == {"docker"}, out.stderr[-3000:]
+    assert {why for _, _, why in said} == {f"auto: image {image['image_id'][:19]} (present)"}
+    dead = {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"}
+    out_local = run(["dvc", "repro"], local, dead)
+    assert out_local.stderr.count("stages of this run go local") == 1, out_local.stderr[-3000:]
 
     for rel in (
+        "dvc.lock",
+        "build/image.json",
         "metrics/summhay.json",
         "metrics/summhay.summary.json",
         "reports/summhay.md",
@@ -128,22 +140,21 @@ def test_docker_and_local_runs_give_identical_metrics(
     ):
         assert (project / rel).read_bytes() == (local / rel).read_bytes(), rel
 
-    image = json.loads((project / "build" / "image.json").read_text())
-    assert image["runtime"] == "docker" and image["base_image"] == _base_image()
-    assert image["image_id"] == engine.images.get("lfbench:latest").id
-    assert json.loads((local / "build" / "image.json").read_text())["image_id"] is None
+    recipe = json.loads((project / "build" / "image.json").read_text())
+    assert recipe["recipe"] == image["recipe"] and recipe["base_image"] == _base_image()
 
     docker_records, local_records = _records(project), _records(local)
     assert set(docker_records) == set(local_records)
     assert {"construct", "generate", "judge", "agreement", "aggregate"} <= set(docker_records)
     for rec in docker_records.values():
         assert rec["runtime"] == "docker" and rec["image_digest"] == image["image_id"]
+        assert rec["image_recipe"] == image["recipe"]
         assert HEX64.match(rec["container_id"]), rec
         assert rec["python"] == "/opt/lfbench/bin/python"
         assert (rec["uid"], rec["gid"]) == (os.getuid(), os.getgid())
     for rec in local_records.values():
         assert rec["runtime"] == "local" and rec["container_id"] is None
-        assert rec["image_digest"] is None
+        assert rec["image_digest"] is None and rec["image_recipe"] == image["recipe"]
 
     # Files the containers wrote belong to the caller.
     for rel in ("datasets/summhay.jsonl", "metrics/summhay.json", "mlruns/mlflow.db"):
@@ -164,10 +175,41 @@ def test_docker_and_local_runs_give_identical_metrics(
         for r in runs:
             assert r.data.tags["runtime"] == runtime
             assert r.data.tags["image.digest"] == digest
+            assert r.data.tags["image.recipe"] == image["recipe"]
 
-    # Nothing left to do, and no container left behind.
-    assert "Data and pipelines are up to date" in run(["dvc", "status"], project).stdout
+    # Nothing left to do in either, and no container left behind.
+    for proj in (project, local):
+        assert "Data and pipelines are up to date" in run(["dvc", "status"], proj).stdout
     assert not engine.containers.list(all=True, filters={"ancestor": image["image_id"]})
+
+    # ---- A colleague: clone B of this commit, on an engine without the image (its name is
+    # removed here; another tag keeps the layers, as a machine that has the base would). Data
+    # and image come from the shared DVC remote: `dvc repro` runs nothing, and a forced stage
+    # runs in A's image id, loaded, not built.
+    remote = tmp_path / "remote"
+    run(["dvc", "remote", "modify", "--local", "team", "url", str(remote)], project)
+    run(["git", "add", "-A"], project)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], project)
+    run(["dvc", "push"], project)
+    pushed = run(["lfbench", "image", "push", "--dvc"], project)
+    assert f"lfbench-images/{image['recipe']}.tar" in pushed.stdout
+    b = tmp_path / "b"
+    run(["git", "clone", "-q", str(project), str(b)], tmp_path)
+    run(["dvc", "remote", "modify", "--local", "team", "url", str(remote)], b)
+    engine.images.get(image["image_id"]).tag("lfbench-test-keep", image["recipe"][:12])
+    engine.images.remove(image["tag"])
+    assert containers.find_image(engine, image) is None
+    run(["dvc", "pull"], b)
+    nothing = run(["dvc", "repro"], b)
+    assert "Running stage" not in nothing.stdout, nothing.stdout
+    forced = run(["dvc", "repro", "-f", "-s", "summhay-aggregate"], b)
+    assert f"auto: image {image['image_id'][:19]} (pulled from the DVC remote)" in forced.stderr
+    assert "building" not in forced.stderr
+    (rec,) = _records(b).values()
+    assert rec["runtime"] == "docker" and rec["image_digest"] == image["image_id"]
+    assert containers.find_image(engine, image) == image["image_id"]
+    for rel in ("metrics/summhay.json", "dvc.lock"):
+        assert (b / rel).read_bytes() == (project / rel).read_bytes(), rel
 
 
 def test_container_sees_only_allowed_environment(
@@ -239,12 +281,9 @@ def test_llm_stages_in_container_reach_a_loopback_server(
         path = project / "params.yaml"
         params = yaml.safe_load(path.read_text(encoding="utf-8"))
         params["runtime"] = "docker"
+        params["image_base"] = _base_image()
         path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-        out = run(
-            ["dvc", "repro"],
-            project,
-            {"LFBENCH_BASE_IMAGE": _base_image(), llm.KEY_ENV: llm.FAKE_KEY},
-        )
+        out = run(["dvc", "repro"], project, {llm.KEY_ENV: llm.FAKE_KEY})
         served = [r for r in srv.log() if r["served"]]
     assert "runtime docker" in out.stderr
     # 2 subtopics x 2 settings, one batched judge call each, and the agreement stage's batched

@@ -1,0 +1,193 @@
+"""Where the image of a recipe travels: an OCI registry and the DVC remote.
+
+- A registry (`lfbench image push --registry HOST:PORT/REPO`): the image is pushed under its
+  recipe tag and pinned by the manifest digest the registry returns, recorded in the committed
+  `build/image.refs.json` (recipe digest -> `REPO@sha256:...`). A pull asks for that digest only,
+  so a colleague gets the author's bytes or nothing.
+- The DVC remote (`lfbench image push --dvc`, for teams without a registry): `docker save` of the
+  image as `<remote>/lfbench-images/<recipe>.tar` with a `.sha256` beside it, through DVC's own
+  filesystem for the remote (a folder, S3, ...), so the remote's credentials stay DVC's.
+
+`pull` tries the registry references of the recipe, then the DVC remote, and returns the image
+id and how it was had, or None; a pulled image must carry the recipe's label.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline.containers import RECIPE_LABEL, find_image, sha256_file
+from pipeline.core.errors import LfbenchError
+from pipeline.core.io import write_json
+
+log = logging.getLogger(__name__)
+
+REFS_JSON = Path("build/image.refs.json")
+DVC_FOLDER = "lfbench-images"
+
+
+# ---------------------------------------------------------------- registry
+
+
+def read_refs(root: Path) -> dict[str, dict[str, str]]:
+    path = root / REFS_JSON
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise LfbenchError(f"{REFS_JSON}: not a readable JSON file ({e})") from e
+    if not isinstance(data, dict):
+        raise LfbenchError(f"{REFS_JSON}: expected an object of recipe digests")
+    return data
+
+
+def push_registry(root: Path, rec: Mapping[str, Any], registry: str, *, client: Any) -> str:
+    """Push the recipe's image to `registry` (HOST:PORT/REPO) and record its digest reference."""
+    image_id = find_image(client, rec)
+    if image_id is None:
+        raise LfbenchError(f"no image {rec['tag']} here to push: `lfbench image build` first")
+    tag = rec["recipe"][:12]
+    image = client.images.get(image_id)
+    image.tag(registry, tag)
+    digest = None
+    for chunk in client.images.push(registry, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            raise LfbenchError(f"push to {registry}: {chunk['error']}")
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "Digest" in aux:
+            digest = str(aux["Digest"])
+    if digest is None:
+        raise LfbenchError(f"push to {registry}: the registry returned no manifest digest")
+    ref = f"{registry}@{digest}"
+    refs = read_refs(root)
+    refs[rec["recipe"]] = {**refs.get(rec["recipe"], {}), "registry": ref}
+    write_json(root / REFS_JSON, refs)
+    return ref
+
+
+def pull_registry(root: Path, rec: Mapping[str, Any], *, client: Any) -> str | None:
+    """Pull the recipe's image by the digest `build/image.refs.json` records; its id or None."""
+    import docker.errors
+
+    ref = read_refs(root).get(rec["recipe"], {}).get("registry")
+    if not ref:
+        return None
+    try:
+        image = client.images.pull(ref)
+    except docker.errors.APIError as e:
+        log.info("image: %s cannot be pulled (%s)", ref, e.explanation or e)
+        return None
+    return _adopt(client, image, rec, ref)
+
+
+def _adopt(client: Any, image: Any, rec: Mapping[str, Any], source: str) -> str | None:
+    """Tag a fetched image as the recipe's, if it carries the recipe's label."""
+    if (image.labels or {}).get(RECIPE_LABEL) != rec["recipe"]:
+        log.warning("image: %s is not labelled with recipe %s; not used", source, rec["recipe"])
+        return None
+    repo, tag = str(rec["tag"]).split(":", 1)
+    image.tag(repo, tag)
+    return str(image.id)
+
+
+# ---------------------------------------------------------------- DVC remote
+
+
+def _dvc_remote(root: Path, remote: str | None) -> tuple[Any, str]:
+    """DVC's filesystem for the remote and the archive folder's path on it."""
+    from dvc.repo import Repo
+
+    repo = Repo(str(root))
+    try:
+        r = repo.cloud.get_remote(name=remote)
+    except Exception as e:
+        raise LfbenchError(f"DVC remote {remote or '(default)'}: {e}") from e
+    return r.fs, r.fs.join(r.path, DVC_FOLDER)
+
+
+def push_dvc(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    remote: str | None = None,
+    emit: Callable[[str], None] = log.info,
+) -> str:
+    """`docker save` the recipe's image into the DVC remote; returns the archive's path there."""
+    image_id = find_image(client, rec)
+    if image_id is None:
+        raise LfbenchError(f"no image {rec['tag']} here to push: `lfbench image build` first")
+    fs, folder = _dvc_remote(root, remote)
+    dest = fs.join(folder, f"{rec['recipe']}.tar")
+    with tempfile.TemporaryDirectory(prefix="lfbench-image-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        emit(f"image: saving {rec['tag']} ({image_id[:19]})")
+        with archive.open("wb") as f:
+            for chunk in client.images.get(image_id).save(named=True):
+                f.write(chunk)
+        digest = sha256_file(archive)
+        emit(f"image: uploading {archive.stat().st_size / 1e6:.1f} MB to {dest}")
+        fs.makedirs(folder, exist_ok=True)
+        fs.put_file(str(archive), dest + ".partial")
+        fs.mv(dest + ".partial", dest)
+        sums = Path(tmp) / "sha256"
+        sums.write_text(f"{digest}  {rec['recipe']}.tar\n", encoding="utf-8")
+        fs.put_file(str(sums), dest + ".sha256")
+    return str(dest)
+
+
+def pull_dvc(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    remote: str | None = None,
+    emit: Callable[[str], None] = log.info,
+) -> str | None:
+    """Load the recipe's image from the DVC remote's archive (checksum checked); its id or None."""
+    try:
+        fs, folder = _dvc_remote(root, remote)
+        src = fs.join(folder, f"{rec['recipe']}.tar")
+        if not fs.exists(src) or not fs.exists(src + ".sha256"):
+            return None
+    except Exception as e:  # noqa: BLE001 - no remote, unreachable store: not an image source
+        log.info("image: the DVC remote has no image archive (%s)", e)
+        return None
+    with tempfile.TemporaryDirectory(prefix="lfbench-image-") as tmp:
+        archive, sums = Path(tmp) / "image.tar", Path(tmp) / "sha256"
+        emit(f"image: downloading {src}")
+        fs.get_file(src, str(archive))
+        fs.get_file(src + ".sha256", str(sums))
+        want = sums.read_text(encoding="utf-8").split()[0]
+        if sha256_file(archive) != want:
+            raise LfbenchError(f"{src}: the archive does not match its .sha256 (corrupt upload?)")
+        with archive.open("rb") as f:
+            images = client.images.load(f)
+    for image in images:
+        got = _adopt(client, image, rec, src)
+        if got:
+            return got
+    return None
+
+
+def pull(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    emit: Callable[[str], None] = log.info,
+) -> tuple[str, str] | None:
+    """The recipe's image from the team's stores: a registry first, then the DVC remote."""
+    got = pull_registry(root, rec, client=client)
+    if got:
+        return got, "pulled from the registry"
+    got = pull_dvc(root, rec, client=client, emit=emit)
+    if got:
+        return got, "pulled from the DVC remote"
+    return None
