@@ -455,7 +455,7 @@ def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
         log.warning(
             "stages of this run go local, not in the pinned image: %s (set `runtime: local` "
             "to silence this, or `runtime: docker` to make it an error)",
-            decision["why"],
+            ": ".join(str(decision[k]) for k in ("why", "reason") if decision.get(k)),
         )
     containers.remember(root, recipe, requested, decision)
     return decision, client

@@ -161,7 +161,8 @@ def decide(
         return {
             **base,
             "runtime": "local",
-            "why": f"auto: no image for recipe {recipe['tag']}: {e}",
+            "why": f"auto: no image for recipe {recipe['tag']}",
+            "reason": str(e),
             "warn": True,
         }
     return {

@@ -49,6 +49,11 @@ def test_decide(requested: str, engine: bool, obtain: Any, chosen: str, warn: bo
     assert got["runtime"] == chosen and got["why"] and got["recipe"] == RECIPE["recipe"]
     assert bool(got.get("warn")) == warn
     assert got.get("image_id") == (IMAGE_ID if chosen == "docker" else None)
+    if obtain is not _has and engine and requested == "auto":  # the reason, for the warning
+        assert got["reason"] in (
+            "base image x is not present and cannot be pulled",
+            "OSError: the engine hung up",
+        )
 
 
 @pytest.mark.parametrize(
