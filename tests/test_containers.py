@@ -214,7 +214,8 @@ def test_the_recipe_is_input_addressed(tmp_path: Path) -> None:
     assert rec == c.recipe(proj) == c.recipe(ROOT)
     assert rec["base_image"] == c.default_base_image(ROOT / "Dockerfile")
     assert rec["tag"] == f"lfbench:{rec['recipe'][:12]}" and "image_id" not in rec
-    assert set(rec["files"]) == set(c.RECIPE_FILES)
+    want = {"Dockerfile", ".dockerignore", "requirements.lock", "requirements-nodeps.lock"}
+    assert set(rec["files"]) == set(c.RECIPE_FILES) == want
     (proj / "README.md").write_text("not an input\n")
     assert c.recipe(proj) == rec
     seen = {rec["recipe"], c.recipe(proj, "lfbench-base:bookworm")["recipe"]}
