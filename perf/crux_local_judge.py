@@ -59,7 +59,7 @@ def main() -> None:
             chosen = {x for p, q in pairs for x in best_sentences(text[p], q, k)}
             counts[f"{k} best sentence(s), {where}"] = len(chosen)
         sentences |= every
-    from pipeline.judging.embeddings import Embedder
+    from pipeline.local_judge.embeddings import Embedder
 
     probe = sorted(sentences)[: args.sample_texts]
     with tempfile.TemporaryDirectory() as tmp:

@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.llm.testserver import TestServer  # noqa: E402
+from pipeline.testing.server import TestServer  # noqa: E402
 
 BIN = Path(sys.executable).parent
 KEY_ENV = "LFBENCH_SWEEP_KEY"

@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.benchmarks.summhay.training import published_cases  # noqa: E402
-from pipeline.judging.embeddings import Embedder, default_cache_path, workers  # noqa: E402
-from pipeline.judging.features import clean_text  # noqa: E402
-from pipeline.judging.local import LocalJudge  # noqa: E402
+from pipeline.local_judge.embeddings import Embedder, default_cache_path, workers  # noqa: E402
+from pipeline.local_judge.features import clean_text  # noqa: E402
+from pipeline.local_judge.model import LocalJudge  # noqa: E402
 from pipeline.stages.common import FileInputs  # noqa: E402
 
 

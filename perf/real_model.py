@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.core.types import ChatRequest, EndpointConfig  # noqa: E402
 from pipeline.llm.client import run_chat_sync  # noqa: E402
-from pipeline.llm.types import ChatRequest, EndpointConfig  # noqa: E402
 from tests.e2e.test_real_model import MODEL, gguf, llama_server  # noqa: E402
 
 FILLER = (

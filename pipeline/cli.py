@@ -18,6 +18,7 @@ command exits with status 2; a stage whose items partly failed exits with status
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -144,7 +145,7 @@ def stage(ctx: click.Context) -> None:
     """Run one pipeline stage in this process (normally called through `lfbench run`)."""
     argv = ctx.meta.get("lfbench.stage_argv") or []
     if ctx.invoked_subcommand and "--help" not in argv:
-        from pipeline.containers import write_stage_record
+        from pipeline.tools.containers import write_stage_record
 
         write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
@@ -395,7 +396,7 @@ def agreement_command(**kwargs: Any) -> None:
 @params_option
 def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
     """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
-    from pipeline import containers
+    from pipeline.tools import containers
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
@@ -438,7 +439,7 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     """Where this `dvc repro`'s stages run: decided (and said, or warned) by its first stage,
     remembered for the others."""
-    from pipeline import containers
+    from pipeline.tools import containers
 
     recipe = containers.read_recipe(root)
     memo = containers.remembered(root, recipe, requested)
@@ -480,8 +481,8 @@ def image() -> None:
 @params_option
 def image_recipe(out: Path, params_path: Path) -> None:
     """Write the image's recipe: base reference and input hashes (no engine needed)."""
-    from pipeline import containers
     from pipeline.core.io import write_json
+    from pipeline.tools import containers
 
     params = load_params(params_path, [])
     rec = containers.recipe(Path.cwd(), params.image_base)
@@ -490,7 +491,7 @@ def image_recipe(out: Path, params_path: Path) -> None:
 
 
 def _engine_and_recipe() -> tuple[Any, dict[str, Any]]:
-    from pipeline import containers
+    from pipeline.tools import containers
 
     client = containers.docker_client()
     if client is None:
@@ -502,7 +503,7 @@ def _engine_and_recipe() -> tuple[Any, dict[str, Any]]:
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 def image_build(no_cache: bool) -> None:
     """Build the image of build/image.json's recipe (present already: nothing to do)."""
-    from pipeline import containers
+    from pipeline.tools import containers
 
     client, rec = _engine_and_recipe()
     found = None if no_cache else containers.find_image(client, rec)
@@ -518,7 +519,7 @@ def image_build(no_cache: bool) -> None:
 def image_push(registry: str | None, to_dvc: bool, remote: str | None) -> None:
     """Send the recipe's image to a registry (pinned by digest in build/image.refs.json, which
     you commit) and/or to the DVC remote (an archive keyed by the recipe digest)."""
-    from pipeline import image_store
+    from pipeline.tools import image_store
 
     if not registry and not to_dvc:
         raise click.UsageError("say where: --registry HOST:PORT/REPO and/or --dvc")
@@ -534,7 +535,7 @@ def image_push(registry: str | None, to_dvc: bool, remote: str | None) -> None:
 @image.command("pull")
 def image_pull() -> None:
     """Fetch the recipe's image: from the registry its digest names, else the DVC remote."""
-    from pipeline import containers, image_store
+    from pipeline.tools import containers, image_store
 
     client, rec = _engine_and_recipe()
     found = containers.find_image(client, rec)
@@ -573,8 +574,8 @@ def track(benchmark: str, params_path: Path, dvc_file: Path) -> None:
 def check(params_path: Path, dvc_file: Path) -> None:
     """Validate params.yaml whole (the core and every benchmark section, each by its package),
     and check that each stage of dvc.yaml depends on all the code it runs."""
-    from pipeline import deps
     from pipeline.core import registry
+    from pipeline.tools import deps
 
     params = load_params(params_path)
     for name in params.benchmarks():
@@ -605,7 +606,7 @@ def check(params_path: Path, dvc_file: Path) -> None:
 )
 def new_benchmark(name: str, wire: bool, params_path: Path, dvc_file: Path) -> None:
     """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark)."""
-    from pipeline.scaffold import create
+    from pipeline.tools.scaffold import create
 
     for line in create(name, Path.cwd(), params_path if wire else None, dvc_file if wire else None):
         click.echo(line)
@@ -639,7 +640,7 @@ def team_up_command(
     bucket: str,
 ) -> None:
     """Start the team's tracking server and shared cache; write team.env and secrets.env."""
-    from pipeline.team import SECRETS_ENV, TEAM_ENV, team_up
+    from pipeline.tools.team import SECRETS_ENV, TEAM_ENV, team_up
 
     s = team_up(
         folder,
@@ -667,7 +668,7 @@ def team_up_command(
 @click.option("--dir", "folder", type=click.Path(path_type=Path), required=True)
 def team_down_command(folder: Path) -> None:
     """Stop the services `lfbench team up` started in --dir (their data stays)."""
-    from pipeline.team import team_down
+    from pipeline.tools.team import team_down
 
     team_down(folder)
     click.echo(f"stopped the team services of {folder}")
@@ -701,7 +702,7 @@ def compare(run_a: str, run_b: str, resamples: int, seed: int, as_json: bool) ->
     (B - A) with a 95% interval and p-value from a paired bootstrap over shared items."""
     import json as _json
 
-    from pipeline.compare import compare_runs, render_text
+    from pipeline.tools.compare import compare_runs, render_text
 
     res = compare_runs(Path.cwd(), run_a, run_b, resamples=resamples, seed=seed)
     if as_json:
@@ -721,7 +722,7 @@ def compare(run_a: str, run_b: str, resamples: int, seed: int, as_json: bool) ->
 @params_option
 def report(out: Path, params_path: Path) -> None:
     """One self-contained HTML (and markdown) report of the results in metrics/*.json."""
-    from pipeline.report import build_report
+    from pipeline.tools.report import build_report
 
     html_path, md_path = build_report(Path.cwd(), out, params_path)
     click.echo(f"wrote {html_path} and {md_path}")
@@ -748,9 +749,35 @@ def score(benchmark: str, src: Path, out: Path) -> None:
     click.echo(f"wrote {out}: {scored} scored, {errors} with an error")
 
 
-from pipeline.llm.bench import bench as _bench_group  # noqa: E402
+@cli.group("bench")
+def bench() -> None:
+    """Micro-benchmarks of the pipeline's machinery."""
 
-cli.add_command(_bench_group)
+
+@bench.command("llm")
+@click.option(
+    "--requests",
+    "n_requests",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="Distinct chat requests to send.",
+)
+@click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--latency-ms",
+    type=click.FloatRange(min=0),
+    default=100.0,
+    show_default=True,
+    help="The test server's latency per request.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_llm(n_requests: int, concurrency: int, latency_ms: float, as_json: bool) -> None:
+    """Throughput of the LLM client against the local test server (ideal = C / latency)."""
+    from pipeline.tools.llm_bench import render, run_llm_bench
+
+    out = run_llm_bench(n_requests, concurrency, latency_ms)
+    click.echo(json.dumps(out) if as_json else "\n".join(render(out)))
 
 
 def main() -> None:

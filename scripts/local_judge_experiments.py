@@ -35,10 +35,10 @@ from pipeline.benchmarks.summhay.training import (
     read_annotated,
 )
 from pipeline.core.records import LabelledCase
-from pipeline.judging.embeddings import Embedder, default_cache_path
-from pipeline.judging.features import clean_text
-from pipeline.judging.local import LABELS
-from pipeline.judging.train import Matrix, build_matrix, fit
+from pipeline.local_judge.embeddings import Embedder, default_cache_path
+from pipeline.local_judge.features import clean_text
+from pipeline.local_judge.model import LABELS
+from pipeline.local_judge.train import Matrix, build_matrix, fit
 from pipeline.stages.common import FileInputs
 
 CREDIT = np.array([0.0, 0.5, 1.0])

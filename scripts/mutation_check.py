@@ -80,7 +80,7 @@ MUTATIONS = [
     ),
     Mutation(
         "embedding-workers-out-of-order",
-        "pipeline/judging/embeddings.py",
+        "pipeline/local_judge/embeddings.py",
         "        yield from pool.map(encode_texts, parts)\n",
         "        yield from pool.map(encode_texts, parts[::-1])\n",
         "tests/judging/test_local.py",
@@ -94,21 +94,21 @@ MUTATIONS = [
     ),
     Mutation(
         "judge-loop-never-repairs",
-        "pipeline/judging/loop.py",
+        "pipeline/llm_judge/loop.py",
         "        if repair and answer.ask.repair is not None:\n",
         "        if False:\n",
         "tests/judging/test_loop.py",
     ),
     Mutation(
         "judge-loop-repair-rereads-every-target",
-        "pipeline/judging/loop.py",
+        "pipeline/llm_judge/loop.py",
         "            still = _absorb(answer, result, list(bad))\n",
         "            still = _absorb(answer, result, answer.ask.targets)\n",
         "tests/judging/test_loop.py",
     ),
     Mutation(
         "stage-deps-skip-function-level-imports",
-        "pipeline/deps.py",
+        "pipeline/tools/deps.py",
         "    nodes: Iterable[ast.AST] = tree.body if top_level_only else ast.walk(tree)\n",
         "    nodes: Iterable[ast.AST] = tree.body\n",
         "tests/test_deps.py",

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pipeline import containers as c
 from pipeline.core.config import Params
 from pipeline.core.errors import LfbenchError
+from pipeline.tools import containers as c
 from tests.conftest import ROOT, run
 
 RECIPE = {"recipe": "ab" * 32, "tag": "lfbench:" + "ab" * 6}

@@ -1,5 +1,6 @@
 """Code dependencies that cannot go stale: for every stage of dvc.yaml, the import closure of the
-code it runs must lie under the stage's deps (pipeline/deps.py, also run by `lfbench check`)."""
+code it runs must lie under the stage's deps (pipeline/tools/deps.py, also run by
+`lfbench check`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline import deps
+from pipeline.tools import deps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,12 +46,12 @@ def test_the_closure_follows_function_level_imports_and_stays_in_its_benchmark()
     (judge,) = [c for c in deps.check(ROOT) if c.stage == "summhay-judge"]
     files = rel(judge.files)
     # imported inside functions: the local judge (stages/judge.py) and the dense retriever
-    assert {"pipeline/judging/local.py", "pipeline/retrieval/dense.py"} <= files
+    assert {"pipeline/local_judge/model.py", "pipeline/retrieval/dense.py"} <= files
     # the stage loads one benchmark: no other package is in its code, nor in its deps
     assert not any(f.startswith("pipeline/benchmarks/long2rag") for f in files)
     assert "pipeline/benchmarks/long2rag" not in judge.deps
     # cli.py's function-level imports serve other commands (report, compare, ui)
-    assert "pipeline/report.py" not in files and "pipeline/compare.py" not in files
+    assert "pipeline/tools/report.py" not in files and "pipeline/tools/compare.py" not in files
     # the generate stage does not run the judges
     (gen,) = [c for c in deps.check(ROOT) if c.stage == "summhay-generate"]
     assert not any(f.startswith("pipeline/judging/") for f in rel(gen.files))

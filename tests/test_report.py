@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
 from pipeline.core.errors import DataError
-from pipeline.report import build_report, md_to_html
+from pipeline.tools.report import build_report, md_to_html
 
 
 def row(system: str, setting: str, joint: float, **kw: Any) -> dict[str, Any]:

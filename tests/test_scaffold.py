@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pipeline.core.errors import ConfigError
-from pipeline.scaffold import TEMPLATE, create
+from pipeline.tools.scaffold import TEMPLATE, create
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -46,7 +46,7 @@ from pipeline.core.config import (
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
-from pipeline.llm.types import ChatRequest, EndpointConfig
+from pipeline.core.types import ChatRequest, EndpointConfig
 
 # The columns that identify a result row (a benchmark may add its own, e.g. SummHay's domain).
 RESULT_KEYS = ("benchmark", "system", "setting", "judge", "model")

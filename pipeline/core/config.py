@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from pipeline.core.errors import ConfigError, format_loc
-from pipeline.llm.types import EndpointConfig
+from pipeline.core.types import EndpointConfig
 
 if TYPE_CHECKING:
     from pipeline.core.benchmark import AnyBenchmark
@@ -216,7 +216,7 @@ class LocalJudgeTraining(Strict):
 
 
 class LocalJudge(Strict):
-    """The offline judge: MiniLM features and a calibrated classifier (pipeline/judging)."""
+    """The offline judge: MiniLM features and a calibrated classifier (pipeline/local_judge)."""
 
     provider: Literal["local"]
     model_path: str = Field(

@@ -33,10 +33,10 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import canonical_json, sha256_text, write_json
+from pipeline.core.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
 from pipeline.llm.journal import JournalEntry, JournalWriter, clear_journal, load_journal
 from pipeline.llm.ratelimit import RateLimiter
-from pipeline.llm.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 
 __all__ = [
     "ChatRequest",

@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.core.errors import LfbenchError
+from pipeline.core.types import LOCAL_EMBEDDING_MODEL, EndpointConfig, UsageReport
 from pipeline.llm.client import cost_usd, normalise_base_url, resolve_api_key
-from pipeline.llm.types import LOCAL_EMBEDDING_MODEL, EndpointConfig, UsageReport
 
 LOCAL_MODEL = LOCAL_EMBEDDING_MODEL
 

@@ -28,8 +28,8 @@ from pipeline.core.errors import DataError, StageFailed
 from pipeline.core.io import read_json, read_jsonl
 from pipeline.core.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
 from pipeline.core.prompts import load_prompt
+from pipeline.core.types import UsageReport
 from pipeline.llm.journal import clear_journal
-from pipeline.llm.types import UsageReport
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from pipeline.core.benchmark import Answer, AnyBenchmark, Ask
 from pipeline.core.config import OpenAIJudge, Params
 from pipeline.core.errors import ConfigError, StageFailed
 from pipeline.core.io import write_json, write_jsonl
+from pipeline.core.types import UsageReport
 from pipeline.llm.client import resolve_api_key, write_usage
 from pipeline.llm.journal import clear_journal
-from pipeline.llm.types import UsageReport
 from pipeline.stages.common import (
     construct_stage,
     context,
@@ -43,7 +43,7 @@ class StageAsker:
         self.report: UsageReport | None = None
 
     def __call__(self, asks: Sequence[Ask], step: str) -> list[Answer]:
-        from pipeline.judging.loop import ask_all
+        from pipeline.llm_judge.loop import ask_all
 
         if not asks:
             return []

@@ -15,8 +15,8 @@ from pipeline.core.benchmark import AnyBenchmark, Planned
 from pipeline.core.config import OpenAIModel, Params
 from pipeline.core.io import write_jsonl
 from pipeline.core.records import Generation, Usage
+from pipeline.core.types import ChatResult, UsageReport
 from pipeline.llm.client import cost_usd, resolve_api_key, run_chat_sync, write_usage
-from pipeline.llm.types import ChatResult, UsageReport
 from pipeline.stages.common import (
     context,
     finish_llm_stage,

@@ -26,8 +26,8 @@ from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params, Pub
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import read_jsonl, write_jsonl
 from pipeline.core.records import Generation, Judgement, Usage, Verdict
+from pipeline.core.types import EndpointConfig, UsageReport
 from pipeline.llm.client import cost_usd, resolve_api_key, write_usage
-from pipeline.llm.types import EndpointConfig, UsageReport
 from pipeline.stages.common import (
     applies,
     context,
@@ -53,7 +53,7 @@ def llm_judgements(
     root: Path,
 ) -> tuple[list[Judgement], UsageReport]:
     """An LLM judge's judgements of `gens` (ok generations of known items)."""
-    from pipeline.judging.loop import ask_all
+    from pipeline.llm_judge.loop import ask_all
 
     endpoint = spec.endpoint()
     resolve_api_key(endpoint, f"judges.{judge}")
@@ -110,8 +110,8 @@ def llm_judgements(
 def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path) -> CoverageJudge:
     """The local judge (its trained model) or the benchmark's own no-model judge."""
     if isinstance(spec, LocalJudge):
-        from pipeline.judging.embeddings import default_cache_path
-        from pipeline.judging.local import LocalJudge as Model
+        from pipeline.local_judge.embeddings import default_cache_path
+        from pipeline.local_judge.model import LocalJudge as Model
 
         cache = default_cache_path(root) if spec.embedding_cache else None
         return Model.load(root / spec.model_path, cache=cache)

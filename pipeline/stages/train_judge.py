@@ -32,9 +32,15 @@ def train(
     metrics_path: Path,
     root: Path,
 ) -> dict[str, Any]:
-    from pipeline.judging.embeddings import Embedder, default_cache_path
-    from pipeline.judging.local import LABELS
-    from pipeline.judging.train import build_matrix, evaluate, fit, leave_one_group_out, model_file
+    from pipeline.local_judge.embeddings import Embedder, default_cache_path
+    from pipeline.local_judge.model import LABELS
+    from pipeline.local_judge.train import (
+        build_matrix,
+        evaluate,
+        fit,
+        leave_one_group_out,
+        model_file,
+    )
 
     spec = params.judges.get(judge_name)
     if not isinstance(spec, LocalJudge):

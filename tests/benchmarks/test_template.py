@@ -15,7 +15,7 @@ from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.parse import ParseError
 from pipeline.core.records import Generation, Judgement, Verdict
-from pipeline.judging.local import LocalVerdict
+from pipeline.local_judge.model import LocalVerdict
 from pipeline.stages.common import FileInputs
 
 BENCH = Template()

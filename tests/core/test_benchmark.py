@@ -38,7 +38,7 @@ FORBIDDEN_MODULES = (
     "pipeline.llm.cache",
     "pipeline.llm.journal",
     "pipeline.stages",
-    "pipeline.judging",
+    "pipeline.local_judge",
     "pipeline.core.registry",  # only __init__.py registers
 )
 FORBIDDEN_CALLS = (

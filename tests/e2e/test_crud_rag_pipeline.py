@@ -23,7 +23,7 @@ import yaml
 
 from pipeline.benchmarks.crud_rag.questeval import token_f1
 from pipeline.core.records import generation_id
-from pipeline.llm.testserver import TestServer, text_vector
+from pipeline.testing.server import TestServer, text_vector
 from tests.conftest import ROOT, run
 from tests.e2e import crud_responder as R
 from tests.e2e.resume import jsonl, kill_after

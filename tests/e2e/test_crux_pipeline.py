@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT, run
 from tests.e2e import crux_responder as R
 from tests.e2e.resume import jsonl, kill_after

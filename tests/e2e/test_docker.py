@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline import containers
+from pipeline.tools import containers
 from tests.conftest import ROOT, run, slice_crud_rag, slice_crux
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -271,7 +271,7 @@ def test_llm_stages_in_container_reach_a_loopback_server(
 ) -> None:
     """A model and a judge on 127.0.0.1 answer stages that run in the image (host network); the
     key crosses by the name params.yaml gives it, and nowhere else."""
-    from pipeline.llm.testserver import TestServer
+    from pipeline.testing.server import TestServer
     from tests.e2e import test_llm_pipeline as llm
 
     with TestServer(

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from pipeline import containers, image_store
 from pipeline.core.errors import LfbenchError
+from pipeline.tools import containers, image_store
 from tests.conftest import run
 
 pytestmark = [pytest.mark.docker]

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import BIN, ROOT, run, slice_crud_rag, slice_crux
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from pipeline.benchmarks.long2rag.params import Long2ragConstruct
 from pipeline.benchmarks.long2rag.schema import L2Document, Question
 from pipeline.core.config import OpenAIJudge
 from pipeline.core.prompts import load_prompt
-from pipeline.llm.testserver import TestServer
 from pipeline.stages.construct import StageAsker
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import BIN, ROOT, run
 from tests.e2e import long2rag_responder as R
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT, run
 from tests.e2e.template_responder import verdict
 

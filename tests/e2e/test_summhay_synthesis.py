@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pipeline.data.haystacks import Haystack
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT, run
 from tests.e2e import synthesis_responder as R
 from tests.e2e.resume import jsonl, kill_after

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT, run, run_env, slice_crud_rag, slice_crux
 from tests.stages.test_tracking import _syncs_at_once, check_one_current_run_per_row
 

@@ -11,10 +11,10 @@ import pytest
 
 from pipeline.core.errors import DataError
 from pipeline.core.records import LabelledCase
-from pipeline.judging.embeddings import Embedder, EmbeddingCache, text_key
-from pipeline.judging.features import FEATURE_NAMES, clean_text, numbers, unit_rows
-from pipeline.judging.local import LocalJudge
-from pipeline.judging.train import (
+from pipeline.local_judge.embeddings import Embedder, EmbeddingCache, text_key
+from pipeline.local_judge.features import FEATURE_NAMES, clean_text, numbers, unit_rows
+from pipeline.local_judge.model import LocalJudge
+from pipeline.local_judge.train import (
     Matrix,
     build_matrix,
     fit,

@@ -1,4 +1,4 @@
-"""The one judge loop (pipeline/judging/loop.py): first pass, one repair, invalid values counted
+"""The one judge loop (pipeline/llm_judge/loop.py): first pass, one repair, invalid values counted
 with the raw answer, request failures kept apart. Through the real client and the test server
 (scripted answers), and its bookkeeping on hand-made results."""
 
@@ -14,9 +14,9 @@ import pytest
 from pipeline.core.benchmark import WHOLE, Answer, Ask, Parsed, single
 from pipeline.core.parse import ParseError, load_object
 from pipeline.core.prompts import Prompt, load_prompt
-from pipeline.judging.loop import _absorb, ask_all, repair_request
-from pipeline.llm.testserver import TestServer
-from pipeline.llm.types import ChatRequest, ChatResult, EndpointConfig
+from pipeline.core.types import ChatRequest, ChatResult, EndpointConfig
+from pipeline.llm_judge.loop import _absorb, ask_all, repair_request
+from pipeline.testing.server import TestServer
 
 ROOT = Path(__file__).resolve().parents[2]
 REPAIR = Prompt("repair.txt", "Your reply could not be used: ${problem}", "r" * 64)

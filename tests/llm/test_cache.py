@@ -22,7 +22,7 @@ import pytest
 from pipeline.core.errors import LfbenchError
 from pipeline.llm.cache import CACHE_URL_ENV, CachedAnswer, ResponseCache, checksum, redact
 from pipeline.llm.client import ChatRequest, ChatResult, EndpointConfig, UsageReport, run_chat_sync
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT
 
 ANSWER = "a fixed answer"

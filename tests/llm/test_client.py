@@ -30,7 +30,7 @@ from pipeline.llm.client import (
     run_chat_sync,
     write_usage,
 )
-from pipeline.llm.testserver import TestServer
+from pipeline.testing.server import TestServer
 from tests.conftest import ROOT
 
 FAKE_KEY = "sk-lfbench-UNIT-FAKE-0d9c8b7a6f5e4d3c"

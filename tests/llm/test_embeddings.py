@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import LfbenchError
+from pipeline.core.types import EndpointConfig
 from pipeline.llm import embeddings as E
-from pipeline.llm.testserver import TestServer, text_vector
-from pipeline.llm.types import EndpointConfig
+from pipeline.testing.server import TestServer, text_vector
 from tests.conftest import ROOT
 
 KEY_ENV = "LFBENCH_EMBED_TEST_KEY"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from pipeline.llm.bench import bench
+from pipeline.cli import bench
 from pipeline.llm.client import backoff_delay, parse_retry_after
 from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
 from pipeline.llm.ratelimit import RateLimiter
-from pipeline.llm.testserver import FaultPlan
+from pipeline.testing.server import FaultPlan
 
 
 def test_parse_retry_after() -> None:

@@ -16,10 +16,10 @@ from pipeline.core import registry
 from pipeline.core.benchmark import response_format
 from pipeline.core.config import OpenAIJudge, validate_params
 from pipeline.core.errors import StageFailed
-from pipeline.llm.testserver import TestServer
-from pipeline.llm.types import ChatResult
+from pipeline.core.types import ChatResult
 from pipeline.stages.construct import construct
 from pipeline.stages.generate import generate, truncation_cause
+from pipeline.testing.server import TestServer
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = "- " + "word " * 99 + "[1]"  # 500 characters: 125 test-server tokens

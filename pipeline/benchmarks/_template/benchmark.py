@@ -46,7 +46,7 @@ from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.markdown import fmt, need, table
 from pipeline.core.parse import ParseError, load_object
 from pipeline.core.records import Generation, Judgement, Verdict, generation_id
-from pipeline.llm.types import ChatRequest
+from pipeline.core.types import ChatRequest
 
 SETTING = "documents"  # one context setting: all the item's documents
 LABELS = {"yes": 1.0, "partial": 0.5, "no": 0.0}

@@ -56,7 +56,7 @@ from pipeline.core.config import (
 )
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
-from pipeline.llm.types import EndpointConfig
+from pipeline.core.types import EndpointConfig
 
 RELEASED_FILE = "event_summary.first1328.json"
 Ctx = Context[CrudParams]

@@ -26,7 +26,7 @@ from pipeline.core.benchmark import Planned
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt
 from pipeline.core.records import Generation, generation_id
-from pipeline.llm.types import ChatRequest
+from pipeline.core.types import ChatRequest
 
 ORACLE = "oracle"
 PROMPT_OF_TASK = {

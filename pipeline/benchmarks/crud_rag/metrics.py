@@ -30,7 +30,7 @@ from pipeline.benchmarks.crud_rag import text as T
 from pipeline.benchmarks.crud_rag.schema import Item
 from pipeline.core.benchmark import Embed
 from pipeline.core.records import Generation, Judgement, Verdict
-from pipeline.llm.types import LOCAL_EMBEDDING_MODEL, EndpointConfig
+from pipeline.core.types import LOCAL_EMBEDDING_MODEL, EndpointConfig
 
 METRICS = ("bleu", "bleu_bp", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l")
 EMBEDDING = "embedding_sim"  # cosine similarity of output and reference embeddings

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pipeline.core.config import BenchmarkParams, OwnedJudge, PromptFiles, Strict, no_repeats
-from pipeline.llm.types import EndpointConfig
+from pipeline.core.types import EndpointConfig
 
 PROMPTS = "pipeline/benchmarks/crud_rag/prompts"
 RELEASED = "released"

@@ -29,7 +29,7 @@ from pipeline.core.benchmark import Ask, Asker, JudgePrompts, JudgeTask, Parsed,
 from pipeline.core.parse import ParseError, load_object, string_list
 from pipeline.core.prompts import Prompt
 from pipeline.core.records import Generation, Verdict
-from pipeline.llm.types import ChatRequest
+from pipeline.core.types import ChatRequest
 
 
 def target(i: int) -> str:

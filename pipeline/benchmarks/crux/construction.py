@@ -27,7 +27,7 @@ from pipeline.core.benchmark import Answer, Ask, Asker, single
 from pipeline.core.errors import DataError
 from pipeline.core.parse import string_list, text_field
 from pipeline.core.prompts import Prompt
-from pipeline.llm.types import ChatRequest
+from pipeline.core.types import ChatRequest
 
 SOURCE = "constructed"
 

@@ -36,7 +36,7 @@ from pipeline.benchmarks.long2rag.schema import KeyPoint, Question
 from pipeline.core.benchmark import Ask, Asker, single
 from pipeline.core.parse import ParseError, load_object, string_list, unit_score
 from pipeline.core.prompts import Prompt
-from pipeline.llm.types import ChatRequest
+from pipeline.core.types import ChatRequest
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from pipeline.core.config import OpenAIModel
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt
 from pipeline.core.records import Generation, generation_id
-from pipeline.llm.types import ChatRequest
+from pipeline.core.types import ChatRequest
 
 LONG_CONTEXT = "long_context"
 DOC_SEPARATOR = "\n\n"

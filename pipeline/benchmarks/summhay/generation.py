@@ -17,8 +17,8 @@ from pipeline.core.benchmark import Planned
 from pipeline.core.config import BaselineModel, OpenAIModel
 from pipeline.core.prompts import Prompt
 from pipeline.core.records import Generation, generation_id
+from pipeline.core.types import ChatRequest
 from pipeline.data.haystacks import Haystack, Subtopic
-from pipeline.llm.types import ChatRequest
 
 if TYPE_CHECKING:
     from pipeline.retrieval.context import Context

@@ -46,8 +46,8 @@ from pipeline.core.benchmark import Answer, Ask, Asker, Inputs, single
 from pipeline.core.errors import ConfigError
 from pipeline.core.parse import ParseError, load_object, string_list, text_field
 from pipeline.core.prompts import Prompt
+from pipeline.core.types import ChatRequest
 from pipeline.data.haystacks import Derivation, Haystack, normalise, parse_raw_haystack
-from pipeline.llm.types import ChatRequest
 
 COLLECTION = "synthetic"
 SEED_DOC_CHARS = 6000  # of each seed document shown to the subtopic step

@@ -116,8 +116,8 @@ def test_embedding_similarity_is_a_verdict_with_its_model_and_a_row_mean() -> No
 
     import numpy as np
 
-    from pipeline.llm.testserver import text_vector
-    from pipeline.llm.types import LOCAL_EMBEDDING_MODEL
+    from pipeline.core.types import LOCAL_EMBEDDING_MODEL
+    from pipeline.testing.server import text_vector
 
     base = {"chunk_size": 16, "chunk_overlap": 0, "retriever": "bm25", "top_k": 1}
     grid = {"oracle": True, "chunk": [], "chunk_overlap": [], "top_k": [], "base": base}

@@ -11,7 +11,7 @@ from pipeline.benchmarks.crux import judging
 from pipeline.core.benchmark import JudgePrompts
 from pipeline.core.parse import ParseError
 from pipeline.core.prompts import load_prompt
-from pipeline.judging.local import LocalVerdict
+from pipeline.local_judge.model import LocalVerdict
 from tests.benchmarks.crux.test_scoring import BENCH, built, ctx
 
 ROOT = Path(__file__).resolve().parents[3]

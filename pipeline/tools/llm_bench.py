@@ -9,13 +9,10 @@ cache). The ideal rate is concurrency / latency; ``ratio`` is achieved / ideal.
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-import click
 
 from pipeline.llm.client import ChatRequest, EndpointConfig, run_chat
 
@@ -42,7 +39,7 @@ def _warm_imports() -> None:
 
 
 def run_llm_bench(requests: int, concurrency: int, latency_ms: float) -> dict[str, Any]:
-    from pipeline.llm.testserver import TestServer
+    from pipeline.testing.server import TestServer
 
     with tempfile.TemporaryDirectory(prefix="lfbench-bench-") as tmp_s:
         tmp = Path(tmp_s)
@@ -110,35 +107,8 @@ def run_llm_bench(requests: int, concurrency: int, latency_ms: float) -> dict[st
     }
 
 
-@click.group("bench")
-def bench() -> None:
-    """Micro-benchmarks of the pipeline's machinery."""
-
-
-@bench.command("llm")
-@click.option(
-    "--requests",
-    "n_requests",
-    type=click.IntRange(min=1),
-    default=2000,
-    show_default=True,
-    help="Distinct chat requests to send.",
-)
-@click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option(
-    "--latency-ms",
-    type=click.FloatRange(min=0),
-    default=100.0,
-    show_default=True,
-    help="The test server's latency per request.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def llm(n_requests: int, concurrency: int, latency_ms: float, as_json: bool) -> None:
-    """Throughput of the LLM client against the local test server (ideal = C / latency)."""
-    out = run_llm_bench(n_requests, concurrency, latency_ms)
-    if as_json:
-        click.echo(json.dumps(out))
-        return
+def render(out: dict[str, Any]) -> list[str]:
+    """The result as aligned `name  value` lines."""
     rows = [
         ("requests", out["requests"]),
         ("concurrency", out["concurrency"]),
@@ -155,5 +125,4 @@ def llm(n_requests: int, concurrency: int, latency_ms: float, as_json: bool) -> 
         ),
     ]
     width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        click.echo(f"{k:<{width}}  {v}")
+    return [f"{k:<{width}}  {v}" for k, v in rows]

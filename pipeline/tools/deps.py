@@ -33,7 +33,7 @@ STAGE_MODULES = {
     "train-local-judge": "pipeline.stages.train_judge",
 }
 # Folders a stage depends on as a whole (a change anywhere in them re-runs it).
-FOLDERS = ("core", "stages", "judging", "llm", "retrieval", "metrics", "data")
+FOLDERS = ("core", "stages", "llm_judge", "local_judge", "llm", "retrieval", "metrics", "data")
 
 
 def module_path(root: Path, module: str) -> Path | None:

@@ -18,9 +18,9 @@ from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyp
 from sklearn.metrics import cohen_kappa_score, confusion_matrix  # type: ignore[import-untyped]
 
 from pipeline.core.records import LabelledCase
-from pipeline.judging.embeddings import ENCODER_ID, Embedder
-from pipeline.judging.features import FEATURE_NAMES
-from pipeline.judging.local import FORMAT, LABELS, LinearModel, featurise
+from pipeline.local_judge.embeddings import ENCODER_ID, Embedder
+from pipeline.local_judge.features import FEATURE_NAMES
+from pipeline.local_judge.model import FORMAT, LABELS, LinearModel, featurise
 
 
 @dataclass(frozen=True)

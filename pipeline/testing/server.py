@@ -1,6 +1,6 @@
 """An OpenAI-compatible chat-completions server on 127.0.0.1, for tests and the LLM benchmark.
 
-Runs in its own process (``python -m pipeline.llm.testserver``, or the :class:`TestServer` context
+Runs in its own process (``python -m pipeline.testing.server``, or the :class:`TestServer` context
 manager that starts that process), so that the server and the client under test use different
 cores. Built on aiohttp.
 
@@ -473,7 +473,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipeline.llm.testserver",
+        prog="python -m pipeline.testing.server",
         description="OpenAI-compatible chat-completions test server (127.0.0.1).",
     )
     p.add_argument("--host", default="127.0.0.1")
@@ -531,7 +531,7 @@ class TestServer:
         args = [
             sys.executable,
             "-m",
-            "pipeline.llm.testserver",
+            "pipeline.testing.server",
             "--port",
             "0",
             "--port-file",

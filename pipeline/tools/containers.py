@@ -568,7 +568,7 @@ def ensure_image(
 ) -> tuple[str, str]:
     """The recipe's image on this engine: present, pulled (a registry, then the DVC remote)
     or built. Returns (image id, how)."""
-    from pipeline import image_store
+    from pipeline.tools import image_store
 
     found = find_image(client, rec)
     if found:

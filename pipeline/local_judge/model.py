@@ -5,7 +5,7 @@ bullets (summary bullets; answer sentences), it says whether the candidate cover
 partially or not at all, and which bullet covers it: the bullet most similar to the unit.
 Nothing leaves the machine; it runs on CPU with the numpy MiniLM of `pipeline.retrieval.dense`.
 
-The model file is JSON (see :func:`pipeline.judging.train.fit`): the feature names, the
+The model file is JSON (see :func:`pipeline.local_judge.train.fit`): the feature names, the
 standardisation (mean, scale), the coefficients and intercepts of the three classes, and a
 description of the training data. Probabilities are the softmax of the linear scores; the
 model was fit on log loss, which is what makes them calibrated (the training stage reports the
@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.core.errors import DataError
-from pipeline.judging.embeddings import ENCODER_ID, Embedder
-from pipeline.judging.features import FEATURE_NAMES, Row, clean_text, unit_rows
+from pipeline.local_judge.embeddings import ENCODER_ID, Embedder
+from pipeline.local_judge.features import FEATURE_NAMES, Row, clean_text, unit_rows
 
 LABELS = ("NO_COVERAGE", "PARTIAL_COVERAGE", "FULL_COVERAGE")
 FORMAT = "lfbench-local-judge/1"
@@ -123,7 +123,7 @@ class LocalJudge:
     @classmethod
     def load(cls, path: Path, *, cache: Path | None = None) -> LocalJudge:
         """The model file written by the training stage; `cache` is the embedding cache file
-        (see `pipeline.judging.embeddings`), None to embed everything in memory."""
+        (see `pipeline.local_judge.embeddings`), None to embed everything in memory."""
         if not path.exists():
             raise DataError(
                 "model file not found; run the training stage first (dvc repro local-judge-train)",

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pipeline.core.benchmark import Answer, Ask
 from pipeline.core.prompts import Prompt
+from pipeline.core.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 from pipeline.llm.client import run_chat_sync
-from pipeline.llm.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 
 log = logging.getLogger(__name__)
 

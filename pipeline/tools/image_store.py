@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.containers import RECIPE_LABEL, find_image, sha256_file
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_json
+from pipeline.tools.containers import RECIPE_LABEL, find_image, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""Judges that run without a model server (the `local` provider)."""
