@@ -694,17 +694,39 @@ def ui(host: str, port: int) -> None:
 @cli.command()
 @click.argument("run_a")
 @click.argument("run_b")
+@click.option(
+    "--benchmark",
+    default=None,
+    help="Name systems instead of run ids: A and B are model entries or systems of this"
+    " benchmark (their current MLflow runs).",
+)
+@click.option("--setting", default=None, help="With --benchmark: the setting of both runs.")
+@click.option("--judge", "judge_name", default=None, help="With --benchmark: the judge.")
 @click.option("--resamples", default=10_000, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare(run_a: str, run_b: str, resamples: int, seed: int, as_json: bool) -> None:
-    """Compare two MLflow runs (ids): differing params and lineage, and each metric's delta
-    (B - A) with a 95% interval and p-value from a paired bootstrap over shared items."""
+def compare(
+    run_a: str,
+    run_b: str,
+    benchmark: str | None,
+    setting: str | None,
+    judge_name: str | None,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Compare two MLflow runs (ids, or systems by name with --benchmark): differing params and
+    lineage, and each metric's delta (B - A) with a 95% interval and p-value from a paired
+    bootstrap over the shared items (at least 10, or nothing is tested)."""
     import json as _json
 
-    from pipeline.tools.compare import compare_runs, render_text
+    from pipeline.tools.compare import compare_runs, find_run, render_text
 
-    res = compare_runs(Path.cwd(), run_a, run_b, resamples=resamples, seed=seed)
+    root = Path.cwd()
+    if benchmark is not None:
+        run_a = find_run(root, benchmark, run_a, setting, judge_name)
+        run_b = find_run(root, benchmark, run_b, setting, judge_name)
+    res = compare_runs(root, run_a, run_b, resamples=resamples, seed=seed)
     if as_json:
         click.echo(_json.dumps(res, indent=2, sort_keys=True))
     else:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,6 +46,16 @@ from pipeline.core.config import (
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
+from pipeline.core.results import (
+    COUNTERS,
+    ItemScore,
+    Metric,
+    Outcome,
+    ResultRow,
+    RowKey,
+    item_record,
+    score_rows,
+)
 from pipeline.core.types import ChatRequest, EndpointConfig
 
 # The columns that identify a result row (a benchmark may add its own, e.g. SummHay's domain).
@@ -349,12 +359,15 @@ class CoverageJudge(Protocol):
 
 @dataclass(frozen=True)
 class Run:
-    """The generations of one model entry and one judge's judgements of them."""
+    """The generations of one model entry and one judge's judgements of them, with where each
+    record was read (`<file>:<line>`, parallel to the lists; empty when built in memory)."""
 
     model: str
     judge: str
     generations: Sequence[Generation]
     judgements: Sequence[Judgement]
+    generation_lines: Sequence[str] = ()
+    judgement_lines: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -614,13 +627,120 @@ class Benchmark(ABC, Generic[P, D, I]):
 
     # ---- aggregate and report
 
-    @abstractmethod
-    def aggregate(self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]) -> Aggregated:
-        """Judgements -> rows, the metrics file, its summary, the report and the MLflow runs."""
+    # The result model (pipeline/core/results.py): the metrics, declared once (the first is the
+    # main one: headlines, plots, rankings), the row keys the benchmark adds to (model, system,
+    # setting, judge), and what an ok generation without a judgement is: an error, or counted
+    # (`n_unjudged`, e.g. a judge that rates a sample).
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    group_keys: ClassVar[tuple[str, ...]] = ()
+    unjudged: ClassVar[Literal["error", "count"]] = "error"
 
-    @abstractmethod
+    def item_score(
+        self, ctx: Context[P], item: I, generation: Generation, judgement: Judgement
+    ) -> Outcome:
+        """One judged generation's score (`Scored`), or why it is left out (`Excluded`,
+        `Invalid`). Benchmarks that declare `metrics` implement it."""
+        raise NotImplementedError(f"{self.name} declares no item scores")
+
+    def failed_keys(
+        self, ctx: Context[P], item: I, generation: Generation
+    ) -> Sequence[Mapping[str, str]]:
+        """The `group_keys` of each row a failed or unjudged generation counts in."""
+        return [{}]
+
+    def row_extra(self, ctx: Context[P], row: ResultRow, scores: Sequence[ItemScore]) -> None:
+        """Add the benchmark's own columns to a row (`row.extra`), e.g. its knobs."""
+
+    def row_order(self, row: ResultRow) -> tuple[Any, ...]:
+        return (row.system, row.setting, row.judge, row.model, *row.keys.values())
+
+    def aggregate(self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]) -> Aggregated:
+        """Judgements -> rows, the metrics file, its summary, the report and the MLflow runs.
+        By default all of it from the declared `metrics` and `item_score`; a benchmark with
+        paper-specific tables adds them around `score`."""
+        rows, scores = self.score(ctx, dataset, runs)
+        return self.aggregated(rows, scores)
+
+    def score(
+        self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]
+    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+        """The typed rows, sorted (`row_order`), and per row key the item scores behind it."""
+        if not self.metrics:
+            raise NotImplementedError(f"{self.name} declares no metrics")
+        scoring = score_rows(
+            self.name,
+            self.metrics,
+            runs,
+            self.items(dataset),
+            lambda item, g, j: self.item_score(ctx, item, g, j),
+            group_keys=self.group_keys,
+            unjudged=self.unjudged,
+            failed_keys=lambda item, g: self.failed_keys(ctx, item, g),
+        )
+        for row in scoring.rows:
+            self.row_extra(ctx, row, scoring.items[row.key])
+        return sorted(scoring.rows, key=self.row_order), scoring.items
+
+    def aggregated(
+        self,
+        rows: Sequence[ResultRow],
+        scores: Mapping[RowKey, Sequence[ItemScore]],
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        report: Sequence[str] = (),
+        figures: Mapping[str, bytes] | None = None,
+    ) -> Aggregated:
+        """The metrics file (`rows` plus the benchmark's other sections), its summary, the
+        report (the generic table, then `report` lines) and one MLflow run per row."""
+        from pipeline.core.markdown import results_table
+
+        flat = [r.flat() for r in rows]
+        title = self.title or self.name
+        return Aggregated(
+            metrics={"rows": flat, **(metrics or {})},
+            summary=self.summary(rows),
+            report="\n".join(
+                [f"# {title}", "", *results_table(self.metrics, flat), *report]
+            ).rstrip()
+            + "\n",
+            runs=[self.run_row(r, scores.get(r.key, ())) for r in rows],
+            figures=figures or {},
+        )
+
+    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
+        """{judge: {system/setting[/keys]: main metric}} for `dvc metrics show/diff`."""
+        main = self.metrics[0].name
+        out: dict[str, dict[str, float | None]] = {}
+        for r in rows:
+            name = "/".join([r.system, r.setting, *r.keys.values()])
+            out.setdefault(r.judge, {})[name] = r.metrics.get(main)
+        return out
+
+    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
+        """One MLflow run: the metrics and counters as metrics, the row's keys as params, the
+        item scores (what `lfbench compare` pairs) and the row as artifacts."""
+        numbers = {k: float(v) for k, v in row.metrics.items() if v is not None}
+        numbers |= {k: float(getattr(row.counts, k)) for k in COUNTERS}
+        ident = {"system": row.system, "setting": row.setting, "judge": row.judge, **row.keys}
+        return RunRow(
+            key="|".join(row.key),
+            name=" / ".join(ident.values()),
+            metrics=numbers,
+            params={**ident, "model": row.model},
+            tags={"setting": row.setting, "model.name": row.system, **row.keys},
+            artifacts={"items.jsonl": [item_record(s) for s in scores], "row.json": row.flat()},
+            model=row.model,
+            judge=row.judge,
+        )
+
     def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
         """This benchmark's part of `lfbench report`, from its metrics file (`where`)."""
+        from pipeline.core.markdown import need, results_table
+
+        rows = metrics["rows"]
+        for n, r in enumerate(rows, 1):
+            need(r, ("system", "setting", "judge", *(m.name for m in self.metrics)), where, n)
+        return ReportSection([f"From {where}.", "", *results_table(self.metrics, rows)])
 
 
 AnyBenchmark: TypeAlias = Benchmark[Any, Any, Any]

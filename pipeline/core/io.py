@@ -114,6 +114,21 @@ def iter_jsonl(path: Path, model: type[M]) -> Iterator[M]:
 
     Errors name the file, the line and the field, never a bare KeyError.
     """
+    for _, record in iter_jsonl_lines(path, model):
+        yield record
+
+
+def read_jsonl_lines(path: Path, model: type[M]) -> tuple[list[M], list[str]]:
+    """The records of a JSONL file and where each was read (`<file>:<line>`)."""
+    records, wheres = [], []
+    for where, record in iter_jsonl_lines(path, model):
+        records.append(record)
+        wheres.append(where)
+    return records, wheres
+
+
+def iter_jsonl_lines(path: Path, model: type[M]) -> Iterator[tuple[str, M]]:
+    """`(<file>:<line>, record)` for every non-blank line (lines counted as in the file)."""
     if not path.exists():
         raise DataError("file not found", file=str(path))
     with path.open(encoding="utf-8") as f:
@@ -125,11 +140,12 @@ def iter_jsonl(path: Path, model: type[M]) -> Iterator[M]:
             except json.JSONDecodeError as e:
                 raise DataError(f"not valid JSON ({e.msg})", file=f"{path}:{lineno}") from e
             try:
-                yield model.model_validate(raw)
+                record = model.model_validate(raw)
             except ValidationError as e:
                 field, msg = first_error(e)
                 item = raw.get("item_id") if isinstance(raw, dict) else None
                 raise DataError(msg, file=f"{path}:{lineno}", item=item, field=field) from e
+            yield f"{path}:{lineno}", record
 
 
 def read_jsonl(path: Path, model: type[M]) -> list[M]:

@@ -29,3 +29,39 @@ def need(row: Mapping[str, Any], keys: Sequence[str], where: str, n: int) -> Non
     for k in keys:
         if k not in row:
             raise DataError("row without this field", file=where, item=f"row {n}", field=k)
+
+
+def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The generic results table of a benchmark's rows (flat, as in its metrics file): who, each
+    declared metric (`pipeline.core.results.Metric`) with its direction, and the counters."""
+    from pipeline.core.results import COUNTERS
+
+    keys = [k for k in ("system", "setting", "judge") if any(k in r for r in rows)]
+    extra = [
+        k
+        for r in rows[:1]
+        for k in r
+        if k not in ("benchmark", "model", *keys)
+        and not isinstance(r[k], (int, float, dict, list))
+        and r[k] is not None
+        and not any(k == m.name for m in metrics)
+    ]
+    shown = [m for m in metrics if any(r.get(m.name) is not None for r in rows)] or list(metrics)
+    counters = [c for c in ("n_items", "n_scored") if any(c in r for r in rows)]
+    left = [c for c in COUNTERS if c not in counters and any(r.get(c) for r in rows)]
+    head = [
+        *keys,
+        *extra,
+        *(f"{m.label} ({'↑' if m.higher_is_better else '↓'})" for m in shown),
+        *(c.removeprefix("n_").replace("_", " ") for c in (*counters, *left)),
+    ]
+    body = [
+        [
+            *(r.get(k) for k in keys),
+            *(r.get(k) for k in extra),
+            *(fmt(r.get(m.name), min(m.digits, 3)) for m in shown),
+            *(r.get(c, 0) for c in (*counters, *left)),
+        ]
+        for r in rows
+    ]
+    return table(head, body)

@@ -25,7 +25,7 @@ from pipeline import __version__
 from pipeline.core.benchmark import AnyBenchmark, Context, Run
 from pipeline.core.config import Params
 from pipeline.core.errors import DataError, StageFailed
-from pipeline.core.io import read_json, read_jsonl
+from pipeline.core.io import read_json, read_jsonl, read_jsonl_lines
 from pipeline.core.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
 from pipeline.core.prompts import load_prompt
 from pipeline.core.types import UsageReport
@@ -163,11 +163,12 @@ def read_runs(
 
     runs = []
     for model in models:
-        gens = read_jsonl(generations_dir / f"{model}.jsonl", Generation)
+        gens, gen_lines = read_jsonl_lines(generations_dir / f"{model}.jsonl", Generation)
         for judge in judges:
             if applies(params, model, judge):
-                js = read_jsonl(judgements_dir / model / f"{judge}.jsonl", Judgement)
-                runs.append(Run(model, judge, gens, js))
+                path = judgements_dir / model / f"{judge}.jsonl"
+                js, j_lines = read_jsonl_lines(path, Judgement)
+                runs.append(Run(model, judge, gens, js, gen_lines, j_lines))
     return runs
 
 

@@ -1,9 +1,14 @@
-"""`lfbench compare RUN_A RUN_B`: what differs between two MLflow runs of the project store.
+"""`lfbench compare A B`: what differs between two MLflow runs of the project store.
 
-Params and lineage tags that differ, and for each metric the delta B - A. For the SummHay scores
-that are pooled over insights (coverage, citation, joint, citation precision and recall) the
-delta comes with a 95% interval and a p-value from a paired bootstrap over the subtopics (items)
-both runs judged, read from each run's `judgements.jsonl` artifact.
+A and B are run ids, or, with `--benchmark`, systems by name (a model entry or a system, with
+`--setting` and `--judge` where the name alone is ambiguous): the current run of each.
+
+Params and lineage tags that differ, and for each metric the delta B - A. Every metric a
+benchmark declares (`pipeline/core/results.py`) comes with a 95% interval and a p-value from a
+paired bootstrap over the items both runs scored, read from each run's `items.jsonl` artifact: a
+`mean` metric resamples item values, a `ratio` metric resamples summed numerators and
+denominators (SummHay's runs of before the result model: its `judgements.jsonl`). With fewer
+than `MIN_PAIRED_ITEMS` shared items nothing is tested, and the output says so.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import DataError, LfbenchError
+from pipeline.core.results import ItemScore, Metric, item_parts
 from pipeline.metrics.bootstrap import paired_bootstrap
 
 # Tags that say how a run was recorded rather than what it is.
@@ -54,6 +60,63 @@ def _insight_parts(rec: Mapping[str, Any], where: str) -> dict[str, tuple[float,
 
 
 POOLED = ("coverage", "citation", "joint", "citation_precision", "citation_recall")
+# Below this many paired items a bootstrap says nothing: no interval, nothing significant.
+MIN_PAIRED_ITEMS = 10
+
+
+def declared_sums(
+    metrics: Sequence[Metric], records: Sequence[Mapping[str, Any]], where: str
+) -> dict[str, dict[str, list[float]]]:
+    """{item: {metric: [numerator, denominator]}} from a run's `items.jsonl` (item scores of
+    the result model). An item is its id plus its row keys (e.g. a scoring mode)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for n, rec in enumerate(records, 1):
+        if "item_id" not in rec:
+            raise DataError("item score without an item id", file=where, item=str(n))
+        key = str(rec["item_id"]) + "".join(f"|{v}" for v in (rec.get("keys") or {}).values())
+        score = ItemScore(
+            key,
+            values=rec.get("values") or {},
+            parts={k: (float(v[0]), float(v[1])) for k, v in (rec.get("parts") or {}).items()},
+        )
+        acc = out.setdefault(key, {})
+        for m in metrics:
+            got = item_parts(m, score)
+            if got is not None:
+                num, den = acc.setdefault(m.name, [0.0, 0.0]), got
+                num[0] += m.scale * den[0]
+                num[1] += den[1]
+    return out
+
+
+def bootstrap_declared(
+    metrics: Sequence[Metric],
+    a: Sequence[Mapping[str, Any]],
+    b: Sequence[Mapping[str, Any]],
+    resamples: int = 10_000,
+    seed: int = 0,
+    where: tuple[str, str] = ("A", "B"),
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """Paired bootstrap of every declared metric over the items both runs scored (each metric
+    over the items where both define it); fewer than MIN_PAIRED_ITEMS: nothing tested."""
+    sa, sb = declared_sums(metrics, a, where[0]), declared_sums(metrics, b, where[1])
+    shared = sorted(set(sa) & set(sb))
+    out: dict[str, dict[str, Any]] = {}
+    for m in metrics:
+        both = [i for i in shared if m.name in sa[i] and m.name in sb[i]]
+        if len(both) < MIN_PAIRED_ITEMS:
+            continue
+        cols = [[s[i][m.name][k] for i in both] for s in (sa, sb) for k in (0, 1)]
+        try:
+            r = paired_bootstrap(cols[0], cols[1], cols[2], cols[3], resamples, seed)
+        except ValueError:
+            continue
+        out[m.name] = {
+            "a": r.a, "b": r.b, "delta": r.delta, "ci_low": r.ci_low, "ci_high": r.ci_high,
+            "p_value": r.p_value, "n_items": r.n_items, "resamples": r.resamples,
+            "higher_is_better": m.higher_is_better,
+        }  # fmt: skip
+    return out, len(shared)
 
 
 def item_sums(
@@ -112,14 +175,69 @@ def _diff(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, list[str | No
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def _judgements(client: Any, run_id: str) -> list[dict[str, Any]] | None:
+def _artifact(client: Any, run_id: str, name: str) -> list[dict[str, Any]] | None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     names = {f.path for f in client.list_artifacts(run_id)}
-    if "judgements.jsonl" not in names:
+    if name not in names:
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(client.download_artifacts(run_id, "judgements.jsonl", tmp))
+        path = Path(client.download_artifacts(run_id, name, tmp))
         return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _judgements(client: Any, run_id: str) -> list[dict[str, Any]] | None:
+    return _artifact(client, run_id, "judgements.jsonl")
+
+
+def _declared(benchmark: str | None) -> tuple[Metric, ...]:
+    from pipeline.core import registry
+
+    if not benchmark or benchmark not in registry.names():
+        return ()
+    return tuple(registry.get(benchmark).metrics)
+
+
+def find_run(
+    root: Path,
+    benchmark: str,
+    name: str,
+    setting: str | None = None,
+    judge: str | None = None,
+) -> str:
+    """The id of the current run of `benchmark` whose model entry or system is `name` (and
+    whose setting and judge are the given ones): an error listing the candidates when none or
+    several match."""
+    from pipeline.stages.tracking import CURRENT, _client
+
+    client = _client(root)
+    exp = client.get_experiment_by_name(benchmark)
+    if exp is None:
+        raise LfbenchError(f"no MLflow experiment {benchmark!r}: run `dvc repro` first")
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`{CURRENT}` = 'true'", max_results=5000
+    )
+
+    def fits(r: Any) -> bool:
+        t = r.data.tags
+        return (
+            name in (t.get("model.entry"), t.get("model.name"))
+            and setting in (None, t.get("setting"))
+            and judge in (None, t.get("judge.name"))
+        )
+
+    found = [r for r in runs if fits(r)]
+    if len(found) == 1:
+        return str(found[0].info.run_id)
+    what = f"{benchmark} runs of {name!r}" + (f", setting {setting!r}" if setting else "")
+    what += f", judge {judge!r}" if judge else ""
+    if not found:
+        raise LfbenchError(f"no current {what} in the MLflow store")
+    names = sorted({r.info.run_name for r in found})[:12]
+    raise LfbenchError(
+        f"{len(found)} current {what}: name one with --setting/--judge (e.g. "
+        + "; ".join(names)
+        + ")"
+    )
 
 
 def compare_runs(
@@ -143,25 +261,43 @@ def compare_runs(
     for k in sorted(set(ma) | set(mb)):
         a, b = ma.get(k), mb.get(k)
         metrics[k] = {"a": a, "b": b, "delta": None if a is None or b is None else b - a}
-    ja, jb = _judgements(client, run_a), _judgements(client, run_b)
+    declared = _declared(ra.data.tags.get("benchmark"))
+    ia, ib = _artifact(client, run_a, "items.jsonl"), _artifact(client, run_b, "items.jsonl")
     n_shared = 0
     note = None
-    if ja is None or jb is None:
-        note = "no judgements.jsonl artifact on both runs: no significance test"
+    tested: dict[str, dict[str, Any]] = {}
+    ja: list[dict[str, Any]] | None
+    jb: list[dict[str, Any]] | None
+    if declared and ia is not None and ib is not None:
+        ja, jb = ia, ib
+        tested, n_shared = bootstrap_declared(declared, ia, ib, resamples, seed, (run_a, run_b))
     else:
-        tested, n_shared = bootstrap_metrics(ja, jb, resamples, seed, (run_a, run_b))
-        for k, res in tested.items():
-            metrics.setdefault(k, {}).update(
-                {
-                    "pooled_a": res["a"],
-                    "pooled_b": res["b"],
-                    "paired_delta": res["delta"],
-                    "ci_low": res["ci_low"],
-                    "ci_high": res["ci_high"],
-                    "p_value": res["p_value"],
-                    "significant": res["p_value"] < 0.05,
-                }
-            )
+        ja, jb = _judgements(client, run_a), _judgements(client, run_b)
+        if ja is not None and jb is not None:
+            tested, n_shared = bootstrap_metrics(ja, jb, resamples, seed, (run_a, run_b))
+            if n_shared < MIN_PAIRED_ITEMS:
+                tested = {}
+    if ja is None or jb is None:
+        note = "no item scores (items.jsonl) on both runs: no significance test"
+    elif n_shared < MIN_PAIRED_ITEMS:
+        note = (
+            f"only {n_shared} shared items (fewer than {MIN_PAIRED_ITEMS}): too few to say"
+            " anything; no interval, nothing marked significant"
+        )
+    for k, res in tested.items():
+        metrics.setdefault(k, {}).update(
+            {
+                "pooled_a": res["a"],
+                "pooled_b": res["b"],
+                "paired_delta": res["delta"],
+                "ci_low": res["ci_low"],
+                "ci_high": res["ci_high"],
+                "p_value": res["p_value"],
+                "n_items": res["n_items"],
+                # a zero interval (e.g. a run against itself) is never significant
+                "significant": res["p_value"] < 0.05 and res["ci_low"] != res["ci_high"],
+            }
+        )
     return {
         "run_a": {"id": run_a, "name": ra.info.run_name},
         "run_b": {"id": run_b, "name": rb.info.run_name},
@@ -170,6 +306,7 @@ def compare_runs(
         "metrics": metrics,
         "n_shared_items": n_shared,
         "n_items": [len({r["item_id"] for r in j}) if j else 0 for j in (ja, jb)],
+        "min_paired_items": MIN_PAIRED_ITEMS,
         "resamples": resamples,
         "seed": seed,
         "note": note,
@@ -197,6 +334,8 @@ def render_text(res: Mapping[str, Any]) -> str:
     lines.append("")
     if res["note"]:
         lines.append(res["note"])
+        if res["n_shared_items"]:
+            lines.append(f"(A has {res['n_items'][0]} items, B {res['n_items'][1]})")
     else:
         lines.append(
             f"paired bootstrap over {res['n_shared_items']} shared items "

@@ -74,20 +74,24 @@ def _judgement(gen: Generation, labels: dict[str, str]) -> Judgement:
 
 
 def test_recall_by_hand() -> None:
-    """ex1: yes, partial, invalid -> (1 + 0.5) / 2 = 0.75 (the invalid fact left out and
-    counted); ex2: no judgement (a failed judgement); ex3: a failed generation. Recall over the
-    one scored item: 0.75."""
+    """ex1: yes, partial, invalid -> (1 + 0.5) / 2 = 0.75 (the invalid verdict left out and
+    counted); ex2: a judge call that failed; ex3: a failed generation. Recall over the one
+    scored item: 0.75."""
     g1, g2, g3 = _gen("ex1"), _gen("ex2"), _gen("ex3", status="error")
     j1 = _judgement(g1, {"f1": "yes", "f2": "partial", "f3": "INVALID"})
-    out = BENCH.aggregate(None, examples(), [Run("m", "j", [g1, g2, g3], [j1])])  # type: ignore[arg-type]
+    j2 = _judgement(g2, {}).model_copy(update={"status": "error", "error": "HTTP 500"})
+    out = BENCH.aggregate(None, examples(), [Run("m", "j", [g1, g2, g3], [j1, j2])])  # type: ignore[arg-type]
     (row,) = out.metrics["rows"]
-    assert row["recall"] == 0.75 and row["n_scored"] == 1 and row["n_invalid"] == 1
+    assert row["recall"] == 0.75 and row["n_scored"] == 1 and row["n_invalid_verdicts"] == 1
     assert row["n_failed_judgements"] == 1 and row["n_failed_generations"] == 1
-    assert row["n_items"] == 3 and row["n_facts"] == 8
+    assert row["n_items"] == 3 and row["n_invalid"] == 0
     assert out.summary == {"j": {"m/documents": 0.75}}
     (run,) = out.runs
     assert run.metrics["recall"] == 0.75 and run.model == "m" and run.judge == "j"
-    assert "| m | j | 0.750 | 3 | 1 | 1 | 2 |" in out.report
+    assert run.artifacts["items.jsonl"] == [
+        {"item_id": "ex1", "values": {"recall": 0.75}, "parts": {}, "facts": 3}
+    ]
+    assert "| m | documents | j | 0.750 | 3 | 1 | 1 | 1 | 1 |" in out.report
 
 
 def test_a_coverage_judge_sees_facts_against_answer_sentences() -> None:

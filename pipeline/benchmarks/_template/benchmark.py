@@ -6,8 +6,10 @@ Replace what this benchmark measures, keep its shape (see README.md in this fold
 - generate: an answer per item, from a model (the `generate` prompt) or a no-model baseline;
 - judge: per (answer, fact) `yes` / `partial` / `no`, from an LLM (the `judge` prompt, one call
   per fact) or the local judge (the facts as units, the answer's sentences as bullets);
-- aggregate: recall per item (yes 1, partial 0.5, no 0; invalid verdicts left out and counted),
-  its mean over items per (system, judge), a markdown table, one MLflow run per row.
+- results: recall per item (yes 1, partial 0.5, no 0; invalid verdicts left out and counted),
+  declared once as a `Metric`; the stage layer joins items, generations and judgements, counts,
+  pools the mean over items per (system, setting, judge), writes the table, the MLflow runs and
+  compares systems (`pipeline/core/results.py`). No row, join, counter or MLflow code here.
 
 Pure: no file is read or written here and no model is called; the stage layer does both.
 """
@@ -16,15 +18,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from statistics import fmean
-from typing import Any
 
 from pipeline.benchmarks._template.params import TemplateParams
 from pipeline.benchmarks._template.schema import Item, examples, parse_items
 from pipeline.core.benchmark import (
-    RESULT_KEYS,
-    Aggregated,
     Asker,
     Benchmark,
     Constructed,
@@ -35,32 +34,19 @@ from pipeline.core.benchmark import (
     JudgeTask,
     Parser,
     Planned,
-    ReportSection,
-    Run,
-    RunRow,
     judge_task,
     label_parser,
 )
 from pipeline.core.config import BaselineModel, ModelSpec, OpenAIModel
-from pipeline.core.errors import ConfigError, DataError
-from pipeline.core.markdown import fmt, need, table
+from pipeline.core.errors import ConfigError
 from pipeline.core.parse import ParseError, load_object
 from pipeline.core.records import Generation, Judgement, Verdict, generation_id
+from pipeline.core.results import Invalid, ItemScore, Metric, Outcome, Scored
 from pipeline.core.types import ChatRequest
 
 SETTING = "documents"  # one context setting: all the item's documents
 LABELS = {"yes": 1.0, "partial": 0.5, "no": 0.0}
 FROM_COVERAGE = {"FULL_COVERAGE": "yes", "PARTIAL_COVERAGE": "partial", "NO_COVERAGE": "no"}
-ROW_KEYS = (
-    *RESULT_KEYS,
-    "recall",
-    "n_items",
-    "n_scored",
-    "n_facts",
-    "n_invalid",
-    "n_failed_generations",
-    "n_failed_judgements",
-)
 _MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _CITATION = re.compile(r"\s*\[\d+\]")
 
@@ -187,98 +173,20 @@ class Template(Benchmark[TemplateParams, Item, Item]):
             raw=verdict.label,
         )
 
-    # ---- aggregate and report
+    # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
 
-    def aggregate(self, ctx: Ctx, dataset: Sequence[Item], runs: Sequence[Run]) -> Aggregated:
-        items = self.items(dataset)
-        rows: list[dict[str, Any]] = []
-        details: dict[str, list[dict[str, Any]]] = {}
-        for run in runs:
-            by_gen = {j.generation_id: j for j in run.judgements}
-            cells: dict[str, list[Generation]] = {}
-            for g in run.generations:
-                cells.setdefault(g.system, []).append(g)
-            for system, gens in sorted(cells.items()):
-                recalls, detail = [], []
-                failed_gen = failed_judge = invalid = 0
-                for g in gens:
-                    if g.item_id not in items:
-                        raise DataError("an output of an unknown item", item=g.generation_id)
-                    if g.status != "ok":
-                        failed_gen += 1
-                        continue
-                    j = by_gen.get(g.generation_id)
-                    if j is None or j.status == "error":
-                        failed_judge += 1
-                        continue
-                    recall, bad = item_recall(items[g.item_id], j)
-                    invalid += bad
-                    detail.append({"item_id": g.item_id, "recall": recall, "invalid": bad})
-                    if recall is not None:
-                        recalls.append(recall)
-                row = {
-                    "benchmark": self.name,
-                    "system": system,
-                    "setting": SETTING,
-                    "judge": run.judge,
-                    "model": run.model,
-                    "recall": round(fmean(recalls), 6) if recalls else None,
-                    "n_items": len(gens),
-                    "n_scored": len(recalls),
-                    "n_facts": sum(len(items[g.item_id].facts) for g in gens),
-                    "n_invalid": invalid,
-                    "n_failed_generations": failed_gen,
-                    "n_failed_judgements": failed_judge,
-                }
-                rows.append(row)
-                details["|".join((system, SETTING, run.judge, run.model))] = detail
-        rows.sort(key=lambda r: (r["system"], r["judge"], r["model"]))
-        summary: dict[str, dict[str, float | None]] = {}
-        for r in rows:  # {judge: {system/setting: recall}}, what `dvc metrics diff` compares
-            summary.setdefault(r["judge"], {})[f"{r['system']}/{r['setting']}"] = r["recall"]
-        return Aggregated(
-            metrics={"rows": rows},
-            summary=summary,
-            report="\n".join([f"# {self.name}: fact recall", "", *self._table(rows)]).rstrip()
-            + "\n",
-            runs=[self._run(r, details) for r in rows],
+    metrics = (Metric("recall", "fact recall", higher_is_better=True, lo=0.0, hi=1.0),)
+
+    def item_score(
+        self, ctx: Ctx, item: Item, generation: Generation, judgement: Judgement
+    ) -> Outcome:
+        recall, invalid = item_recall(item, judgement)
+        if recall is None:
+            return Invalid("no usable verdict", invalid_verdicts=invalid)
+        score = ItemScore(
+            item.item_id, values={"recall": recall}, detail={"facts": len(item.facts)}
         )
-
-    def _table(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-        head = ["system", "judge", "recall", "items", "scored", "invalid", "failed"]
-        body = [
-            [
-                r["system"],
-                r["judge"],
-                fmt(r["recall"], 3),
-                r["n_items"],
-                r["n_scored"],
-                r["n_invalid"],
-                r["n_failed_generations"] + r["n_failed_judgements"],
-            ]
-            for r in rows
-        ]
-        return table(head, body)
-
-    def _run(self, row: dict[str, Any], details: dict[str, list[dict[str, Any]]]) -> RunRow:
-        key = "|".join((row["system"], row["setting"], row["judge"], row["model"]))
-        numbers = {k: float(row[k]) for k in ROW_KEYS[len(RESULT_KEYS) :] if row[k] is not None}
-        return RunRow(
-            key=key,
-            name=f"{row['system']} / {row['judge']}",
-            metrics=numbers,
-            params={k: str(row[k]) for k in ("system", "setting", "judge", "model")},
-            tags={"setting": row["setting"], "model.name": row["system"]},
-            artifacts={"items.jsonl": details[key], "row.json": row},
-            model=row["model"],
-            judge=row["judge"],
-        )
-
-    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
-        rows = metrics["rows"]
-        for n, r in enumerate(rows, 1):
-            need(r, ROW_KEYS, where, n)
-        return ReportSection([f"Fact recall from {where}.", "", *self._table(rows)])
+        return Scored([score], invalid_verdicts=invalid)
 
 
 def fact_task(gen: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:

@@ -1,0 +1,417 @@
+"""One result model for every benchmark: declared metrics, per-item scores, the join of items,
+generations and judgements, one set of counters, pooled typed rows (pure: no I/O).
+
+A benchmark declares its metrics once (`Metric`: name, direction, unit or range, how it pools
+over items) and scores one (item, generation, judgement) at a time (`Benchmark.item_score` ->
+`Scored` with `ItemScore`s, or `Excluded` / `Invalid` with a reason). Everything after that is
+done here, the same way for every benchmark:
+
+- `join`: every generation matched to its item and to exactly the judgement it should have; an
+  orphan or duplicate judgement, a duplicate generation or a generation of an unknown item is a
+  `DataError` naming file and line; an ok generation without a judgement is an error unless the
+  benchmark's policy counts it (`unjudged="count"`).
+- `score_rows`: the counters (`COUNTERS`, the same names in every metrics file, MLflow run and
+  report), the pooling of each metric (`mean` of item values, or `ratio` of summed parts), typed
+  `ResultRow`s, and per row the item scores behind it (for the MLflow artifact and `lfbench
+  compare`'s paired bootstrap).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from math import fsum
+from typing import Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.core.errors import DataError
+from pipeline.core.records import Generation, Judgement
+
+Pool: TypeAlias = Literal["mean", "ratio"]
+# The keys that name every result row, in this order; a benchmark adds its own (`group_keys`).
+ROW_KEYS = ("benchmark", "model", "system", "setting", "judge")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric, declared once: its name in rows and runs, direction, unit or range, and how it
+    pools over items: `mean` (the mean of the items' values) or `ratio` (sum of the items'
+    numerators over the sum of their denominators, e.g. SummHay's citation over the covered
+    insights only). `scale` multiplies the pooled value (x100 for a percentage); `digits` rounds
+    it in the metrics file."""
+
+    name: str
+    title: str = ""
+    higher_is_better: bool = True
+    pool: Pool = "mean"
+    scale: float = 1.0
+    unit: str = ""
+    lo: float | None = None
+    hi: float | None = None
+    digits: int = 6
+
+    @property
+    def label(self) -> str:
+        return self.title or self.name
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    """One item's contribution to a row: the values of `mean` metrics (None: undefined for this
+    item, left out of that metric's mean), the (numerator, denominator) of `ratio` metrics, the
+    extra group keys that place it in a row (e.g. SummHay's scoring mode, CRUX's cut-off), and a
+    detail record for the row's item artifact."""
+
+    item_id: str
+    values: Mapping[str, float | None] = field(default_factory=dict)
+    parts: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    keys: Mapping[str, str] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scored:
+    scores: Sequence[ItemScore]
+    invalid_verdicts: int = 0  # verdicts the judge could not give, left out of the item's score
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """An item the benchmark leaves out of a row by its own rule (e.g. no key points), counted
+    under `reason`. `keys` place it in a row when the benchmark groups by more than the run."""
+
+    reason: str
+    keys: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An item left out because the judge's verdicts on it are unusable (counted `n_invalid`)."""
+
+    reason: str
+    invalid_verdicts: int = 0
+    keys: Mapping[str, str] = field(default_factory=dict)
+
+
+Outcome: TypeAlias = Scored | Excluded | Invalid
+
+
+class Counts(BaseModel):
+    """What happened to every generation of a row: the same names in every benchmark."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_items: int = 0  # generations of the row (one per item, setting and sample)
+    n_scored: int = 0
+    n_failed_generations: int = 0  # the model call failed (or the output was empty)
+    n_failed_judgements: int = 0  # the judge call failed
+    n_unjudged: int = 0  # no judgement (a policy that counts it, e.g. a judge's sample)
+    n_invalid: int = 0  # left out: the judge's verdicts unusable
+    n_invalid_verdicts: int = 0  # verdicts the judge could not give (in scored items too)
+    n_truncated: int = 0  # answers the server cut for length, kept and scored (flagged)
+    n_excluded: int = 0  # left out by the benchmark's rule, reasons in `excluded`
+    excluded: dict[str, int] = Field(default_factory=dict)
+
+
+COUNTERS = tuple(k for k in Counts.model_fields if k != "excluded")
+
+
+class ResultRow(BaseModel):
+    """One result: who (model entry, system, setting, judge and the benchmark's own keys), the
+    pooled metrics, the counters and the benchmark's extra columns (e.g. knobs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    benchmark: str
+    model: str
+    system: str
+    setting: str
+    judge: str
+    keys: dict[str, str] = Field(default_factory=dict)
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    counts: Counts = Field(default_factory=Counts)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.model, self.system, self.setting, self.judge, *self.keys.values())
+
+    def flat(self) -> dict[str, Any]:
+        """The row as the metrics file holds it: keys, metrics, counters, extra columns."""
+        return {
+            "benchmark": self.benchmark,
+            **self.keys,
+            "system": self.system,
+            "setting": self.setting,
+            "judge": self.judge,
+            "model": self.model,
+            **self.metrics,
+            **self.counts.model_dump(),
+            **self.extra,
+        }
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def pool(metric: Metric, scores: Iterable[ItemScore]) -> float | None:
+    """The metric over items (None when no item defines it), scaled and rounded."""
+    if metric.pool == "mean":
+        values = [s.values[metric.name] for s in scores if s.values.get(metric.name) is not None]
+        if not values:
+            return None
+        value = fsum(v for v in values if v is not None) / len(values)
+    else:
+        parts = [s.parts[metric.name] for s in scores if metric.name in s.parts]
+        den = fsum(d for _, d in parts)
+        if not parts or den == 0:
+            return None
+        value = fsum(n for n, _ in parts) / den
+    return round(metric.scale * value, metric.digits)
+
+
+def item_parts(metric: Metric, score: ItemScore) -> tuple[float, float] | None:
+    """(numerator, denominator) of one item for the paired bootstrap: a `mean` metric is the
+    ratio of summed values over the count of items defining it."""
+    if metric.pool == "mean":
+        v = score.values.get(metric.name)
+        return None if v is None else (float(v), 1.0)
+    return score.parts.get(metric.name)
+
+
+# ---------------------------------------------------------------- the join
+
+
+@dataclass(frozen=True)
+class Joined:
+    """One generation with its item (None for a failed generation's unknown item never happens:
+    unknown items are errors) and its judgement (None: not judged)."""
+
+    generation: Generation
+    judgement: Judgement | None
+    where: str  # the generation's file:line
+
+
+def _where(lines: Sequence[str], n: int, default: str) -> str:
+    return lines[n] if n < len(lines) else f"{default} #{n + 1}"
+
+
+def join(
+    items: Mapping[str, Any],
+    generations: Sequence[Generation],
+    judgements: Sequence[Judgement],
+    *,
+    generation_lines: Sequence[str] = (),
+    judgement_lines: Sequence[str] = (),
+    unjudged: Literal["error", "count"] = "error",
+) -> list[Joined]:
+    """Every generation matched to its item and to at most one judgement; errors (file:line)
+    for a generation of an unknown item, a generation id twice, a judgement of no generation
+    (an orphan), two judgements of one generation, a judgement of a failed generation, and an
+    ok generation without a judgement unless `unjudged="count"`."""
+    by_id: dict[str, int] = {}
+    for n, g in enumerate(generations):
+        where = _where(generation_lines, n, "generations")
+        if g.item_id not in items:
+            raise DataError(
+                "generation of an item that is not in the dataset",
+                file=where,
+                item=g.generation_id,
+                field="item_id",
+            )
+        if g.generation_id in by_id:
+            first = _where(generation_lines, by_id[g.generation_id], "generations")
+            raise DataError(
+                f"the same generation twice (first at {first})",
+                file=where,
+                item=g.generation_id,
+                field="generation_id",
+            )
+        by_id[g.generation_id] = n
+    judged: dict[str, tuple[Judgement, str]] = {}
+    for n, j in enumerate(judgements):
+        where = _where(judgement_lines, n, "judgements")
+        if j.generation_id not in by_id:
+            raise DataError(
+                "judgement of a generation that is not in the generations file (an orphan)",
+                file=where,
+                item=j.generation_id,
+                field="generation_id",
+            )
+        if j.generation_id in judged:
+            raise DataError(
+                f"two judgements of one generation by one judge (first at "
+                f"{judged[j.generation_id][1]})",
+                file=where,
+                item=j.generation_id,
+                field="generation_id",
+            )
+        if generations[by_id[j.generation_id]].status != "ok" and j.status != "error":
+            raise DataError(
+                "judgement of a failed generation (nothing to judge)",
+                file=where,
+                item=j.generation_id,
+                field="generation_id",
+            )
+        judged[j.generation_id] = (j, where)
+    out = []
+    for n, g in enumerate(generations):
+        where = _where(generation_lines, n, "generations")
+        found = judged.get(g.generation_id)
+        if found is None and g.status == "ok" and unjudged == "error":
+            raise DataError(
+                "generation without a judgement (the judge stage did not judge it)",
+                file=where,
+                item=g.generation_id,
+                field="generation_id",
+            )
+        out.append(Joined(g, None if found is None else found[0], where))
+    return out
+
+
+# ---------------------------------------------------------------- rows
+
+RowKey: TypeAlias = tuple[str, ...]
+Score: TypeAlias = Callable[[Any, Generation, Judgement], Outcome]
+
+
+@dataclass
+class _Cell:
+    counts: Counts = field(default_factory=Counts)
+    scores: list[ItemScore] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """The rows of a benchmark's runs and, per row key, the item scores behind each row."""
+
+    rows: list[ResultRow]
+    items: dict[RowKey, list[ItemScore]]
+
+
+def _cell(
+    cells: dict[RowKey, _Cell],
+    head: tuple[str, str, str, str],
+    keys: Mapping[str, str],
+    group_keys: Sequence[str],
+) -> _Cell:
+    missing = [k for k in group_keys if k not in keys]
+    if missing:
+        raise ValueError(f"an item score without the row key(s) {missing}")
+    return cells.setdefault((*head, *(str(keys[k]) for k in group_keys)), _Cell())
+
+
+def score_rows(
+    benchmark: str,
+    metrics: Sequence[Metric],
+    runs: Sequence[Any],  # pipeline.core.benchmark.Run
+    items: Mapping[str, Any],
+    score: Score,
+    *,
+    group_keys: Sequence[str] = (),
+    unjudged: Literal["error", "count"] = "error",
+    failed_keys: Callable[[Any, Generation], Sequence[Mapping[str, str]]] | None = None,
+) -> Scoring:
+    """Join each run, score every judged generation, count the rest, pool each row.
+
+    A generation that failed or was not judged belongs to the rows its item's keys name
+    (`failed_keys(item, generation)`: one mapping of the benchmark's group keys per row it would
+    have been scored in; needed when `group_keys` is not empty)."""
+    cells: dict[RowKey, _Cell] = {}
+    for run in runs:
+        joined = join(
+            items,
+            run.generations,
+            run.judgements,
+            generation_lines=getattr(run, "generation_lines", ()),
+            judgement_lines=getattr(run, "judgement_lines", ()),
+            unjudged=unjudged,
+        )
+        for jn in joined:
+            g, j = jn.generation, jn.judgement
+            item = items[g.item_id]
+            head = (run.model, g.system, g.setting, run.judge)
+            if g.status != "ok" or j is None or j.status == "error":
+                places = [{}] if not group_keys else list((failed_keys or _no_keys)(item, g))
+                for keys in places:
+                    c = _cell(cells, head, keys, group_keys).counts
+                    c.n_items += 1
+                    if g.status != "ok":
+                        c.n_failed_generations += 1
+                    elif j is None:
+                        c.n_unjudged += 1
+                    else:
+                        c.n_failed_judgements += 1
+                continue
+            outcome = score(item, g, j)
+            truncated = bool(g.meta.get("truncated"))
+            if isinstance(outcome, Scored):
+                for s in outcome.scores:
+                    cell = _cell(cells, head, s.keys, group_keys)
+                    cell.scores.append(s)
+                # counted once per row the item reached
+                for reached in {_key(head, s.keys, group_keys) for s in outcome.scores}:
+                    c = cells[reached].counts
+                    c.n_items += 1
+                    c.n_scored += 1
+                    c.n_truncated += truncated
+                    c.n_invalid_verdicts += outcome.invalid_verdicts
+                continue
+            c = _cell(cells, head, outcome.keys, group_keys).counts
+            c.n_items += 1
+            c.n_truncated += truncated
+            if isinstance(outcome, Invalid):
+                c.n_invalid += 1
+                c.n_invalid_verdicts += outcome.invalid_verdicts
+            else:
+                c.n_excluded += 1
+                c.excluded[outcome.reason] = c.excluded.get(outcome.reason, 0) + 1
+    rows: list[ResultRow] = []
+    by_key: dict[RowKey, list[ItemScore]] = {}
+    for key, cell in cells.items():
+        model, system, setting, judge = key[:4]
+        row = ResultRow(
+            benchmark=benchmark,
+            model=model,
+            system=system,
+            setting=setting,
+            judge=judge,
+            keys=dict(zip(group_keys, key[4:], strict=True)),
+            metrics={m.name: pool(m, cell.scores) for m in metrics},
+            counts=cell.counts,
+        )
+        rows.append(row)
+        by_key[key] = cell.scores
+    return Scoring(rows, by_key)
+
+
+def _key(head: tuple[str, ...], keys: Mapping[str, str], group_keys: Sequence[str]) -> RowKey:
+    return (*head, *(str(keys[k]) for k in group_keys))
+
+
+def _no_keys(item: Any, g: Generation) -> Sequence[Mapping[str, str]]:
+    raise ValueError("a benchmark with group keys must say where failed generations go")
+
+
+def count_reasons(counts: Iterable[Counts]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for c in counts:
+        out.update(c.excluded)
+    return out
+
+
+def item_record(score: ItemScore) -> dict[str, Any]:
+    """An item score as one line of a row's `items.jsonl` artifact (what compare reads)."""
+    return {
+        "item_id": score.item_id,
+        **({"keys": dict(score.keys)} if score.keys else {}),
+        "values": dict(score.values),
+        "parts": {k: list(v) for k, v in score.parts.items()},
+        **dict(score.detail),
+    }
