@@ -636,14 +636,19 @@ class Benchmark(ABC, Generic[P, D, I]):
     unjudged: ClassVar[Literal["error", "count"]] = "error"
 
     def item_score(
-        self, ctx: Context[P], item: I, generation: Generation, judgement: Judgement
+        self, ctx: Context[P], item: Any, generation: Generation, judgement: Judgement
     ) -> Outcome:
         """One judged generation's score (`Scored`), or why it is left out (`Excluded`,
         `Invalid`). Benchmarks that declare `metrics` implement it."""
         raise NotImplementedError(f"{self.name} declares no item scores")
 
+    def scored_items(self, dataset: Sequence[D]) -> Mapping[str, Any]:
+        """What `item_score` and `failed_keys` get for each item id (default: `items`; e.g.
+        SummHay's subtopic with its haystack)."""
+        return self.items(dataset)
+
     def failed_keys(
-        self, ctx: Context[P], item: I, generation: Generation
+        self, ctx: Context[P], item: Any, generation: Generation
     ) -> Sequence[Mapping[str, str]]:
         """The `group_keys` of each row a failed or unjudged generation counts in."""
         return [{}]
@@ -671,7 +676,7 @@ class Benchmark(ABC, Generic[P, D, I]):
             self.name,
             self.metrics,
             runs,
-            self.items(dataset),
+            self.scored_items(dataset),
             lambda item, g, j: self.item_score(ctx, item, g, j),
             group_keys=self.group_keys,
             unjudged=self.unjudged,
@@ -689,9 +694,11 @@ class Benchmark(ABC, Generic[P, D, I]):
         metrics: Mapping[str, Any] | None = None,
         report: Sequence[str] = (),
         figures: Mapping[str, bytes] | None = None,
+        table: bool = True,
     ) -> Aggregated:
         """The metrics file (`rows` plus the benchmark's other sections), its summary, the
-        report (the generic table, then `report` lines) and one MLflow run per row."""
+        report (the generic table unless `table` is False, then `report` lines) and one MLflow
+        run per row."""
         from pipeline.core.markdown import results_table
 
         flat = [r.flat() for r in rows]
@@ -700,7 +707,7 @@ class Benchmark(ABC, Generic[P, D, I]):
             metrics={"rows": flat, **(metrics or {})},
             summary=self.summary(rows),
             report="\n".join(
-                [f"# {title}", "", *results_table(self.metrics, flat), *report]
+                [f"# {title}", "", *(results_table(self.metrics, flat) if table else []), *report]
             ).rstrip()
             + "\n",
             runs=[self.run_row(r, scores.get(r.key, ())) for r in rows],
@@ -721,6 +728,12 @@ class Benchmark(ABC, Generic[P, D, I]):
         item scores (what `lfbench compare` pairs) and the row as artifacts."""
         numbers = {k: float(v) for k, v in row.metrics.items() if v is not None}
         numbers |= {k: float(getattr(row.counts, k)) for k in COUNTERS}
+        numbers |= {k: float(v) for k, v in row.spend.model_dump().items()}
+        numbers |= {
+            k: float(v)
+            for k, v in row.extra.items()
+            if k.startswith("n_") and isinstance(v, int | float) and not isinstance(v, bool)
+        }
         ident = {"system": row.system, "setting": row.setting, "judge": row.judge, **row.keys}
         return RunRow(
             key="|".join(row.key),

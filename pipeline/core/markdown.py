@@ -59,7 +59,7 @@ def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> 
         [
             *(r.get(k) for k in keys),
             *(r.get(k) for k in extra),
-            *(fmt(r.get(m.name), min(m.digits, 3)) for m in shown),
+            *(fmt(r.get(m.name), 3 if m.digits is None else min(m.digits, 3)) for m in shown),
             *(r.get(c, 0) for c in (*counters, *left)),
         ]
         for r in rows

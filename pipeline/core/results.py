@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import fsum
+from statistics import fmean
 from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,7 +51,7 @@ class Metric:
     unit: str = ""
     lo: float | None = None
     hi: float | None = None
-    digits: int = 6
+    digits: int | None = 6  # None: not rounded
 
     @property
     def label(self) -> str:
@@ -122,6 +123,22 @@ class Counts(BaseModel):
 COUNTERS = tuple(k for k in Counts.model_fields if k != "excluded")
 
 
+class Spend(BaseModel):
+    """What a row's generations and judgements cost (failed ones included)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, *usages: Any) -> None:
+        for u in usages:
+            self.input_tokens += u.input_tokens
+            self.output_tokens += u.output_tokens
+            self.cost_usd += u.cost_usd
+
+
 class ResultRow(BaseModel):
     """One result: who (model entry, system, setting, judge and the benchmark's own keys), the
     pooled metrics, the counters and the benchmark's extra columns (e.g. knobs)."""
@@ -136,6 +153,7 @@ class ResultRow(BaseModel):
     keys: dict[str, str] = Field(default_factory=dict)
     metrics: dict[str, float | None] = Field(default_factory=dict)
     counts: Counts = Field(default_factory=Counts)
+    spend: Spend = Field(default_factory=Spend)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @property
@@ -153,6 +171,7 @@ class ResultRow(BaseModel):
             "model": self.model,
             **self.metrics,
             **self.counts.model_dump(),
+            **self.spend.model_dump() | {"cost_usd": round(self.spend.cost_usd, 6)},
             **self.extra,
         }
 
@@ -161,19 +180,33 @@ class ResultRow(BaseModel):
 
 
 def pool(metric: Metric, scores: Iterable[ItemScore]) -> float | None:
-    """The metric over items (None when no item defines it), scaled and rounded."""
+    """The metric over items (None when no item defines it), scaled and rounded. Sums are
+    exactly rounded (`math.fsum`, `statistics.fmean`), so the order of items does not matter."""
     if metric.pool == "mean":
-        values = [s.values[metric.name] for s in scores if s.values.get(metric.name) is not None]
+        values = [v for s in scores if (v := s.values.get(metric.name)) is not None]
         if not values:
             return None
-        value = fsum(v for v in values if v is not None) / len(values)
+        value = fmean(values)
     else:
         parts = [s.parts[metric.name] for s in scores if metric.name in s.parts]
         den = fsum(d for _, d in parts)
         if not parts or den == 0:
             return None
         value = fsum(n for n, _ in parts) / den
-    return round(metric.scale * value, metric.digits)
+    value = metric.scale * value
+    return value if metric.digits is None else round(value, metric.digits)
+
+
+def breakdown(
+    metric: Metric, scores: Sequence[ItemScore], attr: str, order: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The metric pooled over each group of items (`detail[attr]` names an item's group):
+    {group: {metric: value, "n_scored": items}}, groups sorted (or in `order`)."""
+    groups: dict[str, list[ItemScore]] = {}
+    for s in scores:
+        groups.setdefault(str(s.detail[attr]), []).append(s)
+    names = [g for g in order if g in groups] if order is not None else sorted(groups)
+    return {g: {metric.name: pool(metric, groups[g]), "n_scored": len(groups[g])} for g in names}
 
 
 def item_parts(metric: Metric, score: ItemScore) -> tuple[float, float] | None:
@@ -284,6 +317,7 @@ Score: TypeAlias = Callable[[Any, Generation, Judgement], Outcome]
 @dataclass
 class _Cell:
     counts: Counts = field(default_factory=Counts)
+    spend: Spend = field(default_factory=Spend)
     scores: list[ItemScore] = field(default_factory=list)
 
 
@@ -340,7 +374,9 @@ def score_rows(
             if g.status != "ok" or j is None or j.status == "error":
                 places = [{}] if not group_keys else list((failed_keys or _no_keys)(item, g))
                 for keys in places:
-                    c = _cell(cells, head, keys, group_keys).counts
+                    cell = _cell(cells, head, keys, group_keys)
+                    cell.spend.add(g.usage, *([j.usage] if j is not None else []))
+                    c = cell.counts
                     c.n_items += 1
                     if g.status != "ok":
                         c.n_failed_generations += 1
@@ -357,13 +393,16 @@ def score_rows(
                     cell.scores.append(s)
                 # counted once per row the item reached
                 for reached in {_key(head, s.keys, group_keys) for s in outcome.scores}:
+                    cells[reached].spend.add(g.usage, j.usage)
                     c = cells[reached].counts
                     c.n_items += 1
                     c.n_scored += 1
                     c.n_truncated += truncated
                     c.n_invalid_verdicts += outcome.invalid_verdicts
                 continue
-            c = _cell(cells, head, outcome.keys, group_keys).counts
+            cell = _cell(cells, head, outcome.keys, group_keys)
+            cell.spend.add(g.usage, j.usage)
+            c = cell.counts
             c.n_items += 1
             c.n_truncated += truncated
             if isinstance(outcome, Invalid):
@@ -385,10 +424,42 @@ def score_rows(
             keys=dict(zip(group_keys, key[4:], strict=True)),
             metrics={m.name: pool(m, cell.scores) for m in metrics},
             counts=cell.counts,
+            spend=cell.spend,
         )
         rows.append(row)
         by_key[key] = cell.scores
     return Scoring(rows, by_key)
+
+
+def combine(
+    metrics: Sequence[Metric],
+    rows: Sequence[ResultRow],
+    scores: Sequence[Sequence[ItemScore]],
+    **keys: str,
+) -> tuple[ResultRow, list[ItemScore]]:
+    """One row pooling several (e.g. a system's rows of two domains): counters and spend
+    added, every metric pooled over all their item scores; `keys` replace the row keys."""
+    first = rows[0]
+    counts, spend = Counts(), Spend()
+    for r in rows:
+        for k in COUNTERS:
+            setattr(counts, k, getattr(counts, k) + getattr(r.counts, k))
+        for reason, n in r.counts.excluded.items():
+            counts.excluded[reason] = counts.excluded.get(reason, 0) + n
+        spend.input_tokens += r.spend.input_tokens
+        spend.output_tokens += r.spend.output_tokens
+        spend.cost_usd += r.spend.cost_usd
+    joined = [s for ss in scores for s in ss]
+    row = first.model_copy(
+        update={
+            "keys": {**first.keys, **keys},
+            "metrics": {m.name: pool(m, joined) for m in metrics},
+            "counts": counts,
+            "spend": spend,
+            "extra": {},
+        }
+    )
+    return row, joined
 
 
 def _key(head: tuple[str, ...], keys: Mapping[str, str], group_keys: Sequence[str]) -> RowKey:

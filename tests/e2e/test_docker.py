@@ -295,7 +295,7 @@ def test_llm_stages_in_container_reach_a_loopback_server(
     assert records["generate"]["runtime"] == "docker"
     assert HEX64.match(records["generate"]["container_id"])
     rows = llm._rows(project)
-    assert rows and all(r["n_summaries"] == 2 and r["coverage"] is not None for r in rows)
+    assert rows and all(r["n_scored"] == 2 and r["coverage"] is not None for r in rows)
     assert llm.FAKE_KEY not in out.stdout + out.stderr
     for p in (project / "dvc.lock", project / "params.yaml", project / "mlruns" / "mlflow.db"):
         assert llm.FAKE_KEY.encode() not in p.read_bytes(), p

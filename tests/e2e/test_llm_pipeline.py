@@ -204,7 +204,7 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
         labels = [v["label"] for j in js if j["setting"] == setting for v in j["verdicts"]]
         credit = {"FULL_COVERAGE": 100.0, "PARTIAL_COVERAGE": 50.0, "NO_COVERAGE": 0.0}
         assert row["coverage"] == pytest.approx(sum(credit[x] for x in labels) / len(labels))
-        assert row["n_summaries"] == 2 and row["invalid_judgements"] == 0
+        assert row["n_scored"] == 2 and row["n_invalid_verdicts"] == 0
         g_tok = [g["usage"] for g in gens if g["setting"] == setting]
         j_tok = [j["usage"] for j in js if j["setting"] == setting]
         cost = sum(u["input_tokens"] * 1.0 + u["output_tokens"] * 2.0 for u in g_tok) / 1e6
@@ -338,7 +338,7 @@ def test_garbage_judge_is_counted_invalid_not_scored(project: Path, tmp_path: Pa
     assert n > 0 and all(v["status"] == "invalid" for j in js for v in j["verdicts"])
     assert all(j["status"] == "invalid" for j in js)
     rows = [r for r in _rows(project) if r["mode"] == "paper"]
-    assert sum(r["invalid_judgements"] for r in rows) == n
+    assert sum(r["n_invalid_verdicts"] for r in rows) == n
     assert all(r["coverage"] is None and r["n_insights"] == 0 for r in rows)
     report = (project / "reports/summhay.md").read_text()
     assert "invalid" in report.lower()
@@ -362,7 +362,7 @@ def test_repaired_answers_are_not_invalid(project: Path, tmp_path: Path) -> None
     assert all(j["status"] == "ok" for j in js)
     usage = _usage(project / "judgements/summhay/tiny/llm-batch.usage.json")
     assert usage["requests_sent"] == 2 * len(js)
-    assert all(r["invalid_judgements"] == 0 for r in _rows(project))
+    assert all(r["n_invalid_verdicts"] == 0 for r in _rows(project))
 
 
 def test_missing_key_is_a_clear_error(project: Path, tmp_path: Path) -> None:

@@ -176,8 +176,8 @@ def test_long2rag_end_to_end(project: Path, tmp_path: Path) -> None:
             recalls.append(labels.count("yes") / len(labels))
         assert len(recalls) == 3
         assert row["kpr"] == pytest.approx(sum(recalls) / 3)
-        assert row["n_questions"] == 3 and row["n_key_points"] == sum(n_kp.values())
-        assert row["n_excluded_questions"] == 0 and row["invalid_verdicts"] == 0
+        assert row["n_scored"] == 3 and row["n_key_points"] == sum(n_kp.values())
+        assert row["n_excluded"] == 0 and row["n_invalid_verdicts"] == 0
         assert set(row["by_domain"]) == {"Biology", "History"}
         assert 0.0 <= row["kpr"] <= 1.0
     # the two judges give the same labels: free-marginal kappa 1 on every unit

@@ -130,7 +130,7 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
     }
     l2r = json.loads((proj / "metrics" / "long2rag.json").read_text())["rows"]
     assert {r["setting"] for r in l2r} == {"long_context", "rag_512"}
-    assert all(r["n_questions"] + r["n_excluded_questions"] == 3 for r in l2r)
+    assert all(r["n_scored"] + r["n_excluded"] == 3 for r in l2r)
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
     assert len(rows) == 6
     assert {(r["system"], r["setting"]) for r in rows} == {
@@ -138,7 +138,7 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
     }
     for r in rows:
         # news1 has 9 subtopics and 65 insights
-        assert (r["domain"], r["mode"], r["n_summaries"], r["n_insights"]) == (
+        assert (r["domain"], r["mode"], r["n_scored"], r["n_insights"]) == (
             "news",
             "paper",
             9,
@@ -278,7 +278,7 @@ def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
             "citation_recall",
             "words_per_bullet",
             "n_insights",
-            "n_summaries",
+            "n_scored",
         ):
             assert metrics[key] == pytest.approx(row[key])
         assert tags["dataset.digest"] == dataset_md5
@@ -295,11 +295,15 @@ def test_mlflow_runs_carry_metrics_and_lineage(repro: tuple[Path, str]) -> None:
         assert tags["runtime"] in ("local", "docker")
         assert tags["image.digest"]
         assert tags["benchmark.version"] and tags["lfbench.version"]
-        # Item-level judgements are an artifact of the run: one line per scored insight.
-        local = client.download_artifacts(mrun.info.run_id, "judgements.jsonl")
-        lines = Path(local).read_text().splitlines()
-        assert len(lines) == row["n_insights"] + row["n_invalid"]
-        assert json.loads(lines[0])["item_id"].startswith("news1/")
+        # Item scores are an artifact of the run: one line per scored summary, with its
+        # insight-level scores (what `lfbench compare` pairs).
+        local = client.download_artifacts(mrun.info.run_id, "items.jsonl")
+        lines = [json.loads(x) for x in Path(local).read_text().splitlines()]
+        assert len(lines) == row["n_scored"]
+        assert (
+            sum(len(x["insights"]) for x in lines) == row["n_insights"] + row["n_invalid_insights"]
+        )
+        assert lines[0]["item_id"].startswith("news1/")
         # The judge's agreement with people rides along with every result it produced.
         assert metrics["judge.kappa_vs_human"] == pytest.approx(human["cohen_kappa"])
         assert tags["judge.kappa_vs_human"] == f"{human['cohen_kappa']:.3f}"

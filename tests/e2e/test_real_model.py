@@ -204,7 +204,7 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
         assert set(by_judge) == {JUDGE, FREE} and len(rows) == 2
         for row in by_judge.values():
             assert row["n_truncated"] == 1
-            assert row["n_summaries"] + row["n_failed_judgements"] == 1
+            assert row["n_scored"] + row["n_failed_judgements"] == 1
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
@@ -226,7 +226,7 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
             usage = json.loads(path.with_suffix(".usage.json").read_text())
             repairs = usage["items"] - n  # per-insight mode: one first request per verdict
             assert n > 0 and repairs >= invalid and (invalid == 0 or repairs > 0)
-            assert by_judge[judge]["invalid_judgements"] == invalid
+            assert by_judge[judge]["n_invalid_verdicts"] == invalid
             counts[judge] = (n, repairs, invalid)
         # the schema-constrained judge answers in the shape the parser takes; the same model
         # left to itself does not (its unusable answers were repaired, then counted)
@@ -239,7 +239,7 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
         l_gens = jsonl(project / "generations" / "long2rag" / f"{GEN}.jsonl")
         l_cut = sum(1 for g in l_gens if g["meta"].get("finish_reason") == "length")
         (l_row,) = json.loads((project / "metrics" / "long2rag.json").read_text())["rows"]
-        assert l_row["truncated_generations"] == l_cut
+        assert l_row["n_truncated"] == l_cut
         assert all(g["meta"].get("truncated", False) == (g["meta"].get("finish_reason") == "length")
                    for g in l_gens)  # fmt: skip
         print(

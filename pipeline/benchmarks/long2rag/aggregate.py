@@ -1,4 +1,5 @@
-"""Long²RAG rows: KPR per (system, setting, judge), with breakdowns and judge agreement."""
+"""Long²RAG on the result model: KPR per question, declared once; breakdowns by domain, category
+and input length; agreement between judges (the paper's free-marginal kappa)."""
 
 from __future__ import annotations
 
@@ -8,33 +9,26 @@ from typing import Any
 from pipeline.benchmarks.long2rag.schema import Question
 from pipeline.benchmarks.long2rag.scoring import (
     LABELS,
-    QuestionVerdicts,
-    breakdown,
     bucket_order,
-    kpr,
-    length_bucket,
     paired_ratings,
+    question_recall,
 )
-from pipeline.core.benchmark import RESULT_KEYS, Details, Rows, Run, RunRow
-from pipeline.core.records import Generation, Judgement
+from pipeline.core.benchmark import Run
+from pipeline.core.records import Judgement
+from pipeline.core.results import Excluded, Invalid, ItemScore, Metric, Outcome, Scored
 
-BENCHMARK = "long2rag"
 ENTAILMENT_CATEGORIES = ("entailed", "not_entailed")
-ROW_KEYS = (
-    *RESULT_KEYS,
+KPR = Metric(
     "kpr",
-    "n_questions",
-    "n_key_points",
-    "n_excluded_questions",
-    "n_unjudged_questions",
-    "invalid_verdicts",
-    "failed_generations",
-    "truncated_generations",
-    "neutral",
-    "by_domain",
-    "by_category",
-    "by_length",
+    "KPR",
+    higher_is_better=True,
+    unit="share of key points entailed",
+    lo=0.0,
+    hi=1.0,
+    digits=None,
 )
+SECTIONS = ("domain", "category", "length")
+NO_KEY_POINTS = "no key points"
 
 
 def setting_order(setting: str) -> tuple[int, int, str]:
@@ -44,79 +38,45 @@ def setting_order(setting: str) -> tuple[int, int, str]:
     return (0, 0, setting)
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, ...]:
-    return (row["system"], row["setting"], row["judge"], row["model"])
+def item_score(q: Question, j: Judgement, neutral: str, bucket: str) -> Outcome:
+    """recall(q): the entailed share of the key points with a usable verdict; a question
+    without key points is excluded, one without a usable verdict is invalid."""
+    if not q.key_points:
+        return Excluded(NO_KEY_POINTS)
+    by_kp = {v.target_id: v for v in j.verdicts}
+    labels = [
+        v.label if (v := by_kp.get(kp.kp_id)) is not None and v.status == "ok" else None
+        for kp in q.key_points
+    ]
+    invalid = sum(1 for x in labels if x is None)
+    recall = question_recall(labels, neutral)
+    if recall is None:
+        return Invalid("no usable verdict", invalid_verdicts=invalid)
+    detail = {
+        "labels": labels,
+        "key_points": len(labels) - invalid,
+        "domain": q.domain,
+        "category": q.category,
+        "length": bucket,
+    }
+    return Scored([ItemScore(q.item_id, values={"kpr": recall}, detail=detail)], invalid)
 
 
-def _labels(q: Question, j: Judgement | None) -> QuestionVerdicts:
-    by_kp = {v.target_id: v for v in j.verdicts} if j is not None else {}
-    labels: list[str | None] = []
-    for kp in q.key_points:
-        v = by_kp.get(kp.kp_id)
-        labels.append(v.label if v is not None and v.status == "ok" else None)
-    return QuestionVerdicts(q.item_id, tuple(labels))
+def doc_tokens(dataset: Sequence[Question]) -> dict[str, int]:
+    """cl100k_base tokens of each question's documents (the input-length bucket's measure)."""
+    from pipeline.retrieval.tokens import count_tokens_batch
+
+    return {q.item_id: sum(count_tokens_batch([d.text for d in q.documents])) for q in dataset}
 
 
-def _section(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {g: {"kpr": r.kpr, "n_questions": r.n_questions} for g, r in results.items()}
+def sections(scores: Sequence[ItemScore], edges: Sequence[int]) -> dict[str, Any]:
+    """The row's KPR by domain, by category and by input length (as `by_<section>`)."""
+    from pipeline.core.results import breakdown
 
-
-def build_rows(
-    dataset: Sequence[Question],
-    runs: Sequence[Run],
-    doc_tokens: dict[str, int],
-    edges: Sequence[int],
-    neutral: str,
-) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], list[dict[str, Any]]]]:
-    """Rows (sorted) and, per row, the per-question details for MLflow."""
-    qs = {q.item_id: q for q in dataset}
-    domain = {q.item_id: q.domain for q in dataset}
-    category = {q.item_id: q.category for q in dataset}
-    bucket = {i: length_bucket(n, edges) for i, n in doc_tokens.items()}
-    order = bucket_order(edges)
-    rows = []
-    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for run in runs:
-        js = {(j.item_id, j.system, j.setting): j for j in run.judgements if j.sample == 0}
-        cells: dict[tuple[str, str], list[Generation]] = {}
-        for g in run.generations:
-            if g.sample == 0:
-                cells.setdefault((g.system, g.setting), []).append(g)
-        for (system, setting), gens in sorted(cells.items()):
-            verdicts = []
-            failed = truncated = 0
-            for g in gens:
-                if g.status != "ok":
-                    failed += 1
-                    continue
-                # cut for length by the server and kept (on_truncation: keep): scored, counted
-                truncated += bool(g.meta.get("truncated"))
-                j = js.get((g.item_id, system, setting))
-                if j is not None and j.status == "error":
-                    j = None
-                verdicts.append(_labels(qs[g.item_id], j))
-            total = kpr(verdicts, neutral)
-            by_len = breakdown(verdicts, bucket.__getitem__, neutral)
-            row = {
-                "benchmark": BENCHMARK,
-                "system": system,
-                "setting": setting,
-                "judge": run.judge,
-                "model": run.model,
-                **total.as_dict(),
-                "failed_generations": failed,
-                "truncated_generations": truncated,
-                "neutral": neutral,
-                "by_domain": _section(breakdown(verdicts, domain.__getitem__, neutral)),
-                "by_category": _section(breakdown(verdicts, category.__getitem__, neutral)),
-                "by_length": {b: _section(by_len)[b] for b in order if b in by_len},
-            }
-            rows.append(row)
-            details[row_key(row)] = [
-                {"item_id": v.item_id, "labels": list(v.labels)} for v in verdicts
-            ]
-    rows.sort(key=lambda r: (r["system"], setting_order(r["setting"]), r["judge"], r["model"]))
-    return rows, details
+    return {
+        f"by_{s}": breakdown(KPR, scores, s, bucket_order(edges) if s == "length" else None)
+        for s in SECTIONS
+    }
 
 
 def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
@@ -138,11 +98,7 @@ def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
             if a.model != b.model:
                 continue
             ua, ub = units(a), units(b)
-            row: dict[str, Any] = {
-                "model": a.model,
-                "judge_a": a.judge,
-                "judge_b": b.judge,
-            }
+            row: dict[str, Any] = {"model": a.model, "judge_a": a.judge, "judge_b": b.judge}
             for name, mode, cats in (
                 ("binary", neutral, ENTAILMENT_CATEGORIES),
                 ("three_way", None, LABELS),
@@ -156,58 +112,12 @@ def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
     return out
 
 
-# ---------------------------------------------------------------- what is logged
-
-ID_KEYS = ("benchmark", "system", "setting", "judge", "model", "neutral")
-SECTION_KEYS = ("by_domain", "by_category", "by_length")
-METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS + SECTION_KEYS)
-PLOT_NAME = "kpr_by_domain_and_category.png"
-
-
-def doc_tokens(dataset: Sequence[Question]) -> dict[str, int]:
-    """cl100k_base tokens of each question's documents (the input-length bucket's measure)."""
-    from pipeline.retrieval.tokens import count_tokens_batch
-
-    return {q.item_id: sum(count_tokens_batch([d.text for d in q.documents])) for q in dataset}
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """{judge: {system/setting: kpr}} for `dvc metrics show/diff`."""
-    out: dict[str, dict[str, float | None]] = {}
-    for r in rows:
-        out.setdefault(r["judge"], {})[f"{r['system']}/{r['setting']}"] = (
-            None if r["kpr"] is None else round(r["kpr"], 4)
-        )
-    return out
-
-
-def row_metrics(row: dict[str, Any]) -> dict[str, float]:
-    """The row's numbers as MLflow metrics: `kpr`, the counts, and `kpr.<section>.<group>`."""
-    m = {k: float(row[k]) for k in METRIC_KEYS if row[k] is not None}
-    for section in SECTION_KEYS:
-        for group, cell in row[section].items():
+def breakdown_metrics(row: dict[str, Any]) -> dict[str, float]:
+    """`kpr.<section>.<group>` MLflow metrics of a row's breakdowns."""
+    m = {}
+    for section in SECTIONS:
+        for group, cell in row[f"by_{section}"].items():
             if cell["kpr"] is not None:
                 safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in group)[:80]
-                m[f"kpr.{section.removeprefix('by_')}.{safe}"] = float(cell["kpr"])
+                m[f"kpr.{section}.{safe}"] = float(cell["kpr"])
     return m
-
-
-def run_rows(rows: Rows, details: Details, source: str) -> list[RunRow]:
-    """One MLflow run per row: KPR, counts and breakdowns, per-question verdicts, its plot."""
-    return [run_row(row, details[row_key(row)], source) for row in rows]
-
-
-def run_row(row: dict[str, Any], detail: list[dict[str, Any]], source: str) -> RunRow:
-    from pipeline.benchmarks.long2rag.report import plot_png
-
-    return RunRow(
-        key="|".join(row_key(row)),
-        name=" / ".join(str(row[k]) for k in ("system", "setting", "judge")),
-        metrics=row_metrics(row),
-        params={k: str(row[k]) for k in ("system", "setting", "judge", "model", "neutral")},
-        tags={"setting": row["setting"], "model.name": row["system"], "dataset.source": source},
-        artifacts={"questions.jsonl": detail, "row.json": row},
-        plots={PLOT_NAME: plot_png(row)},
-        model=row["model"],
-        judge=row["judge"],
-    )

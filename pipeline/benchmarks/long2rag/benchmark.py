@@ -12,19 +12,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pipeline.benchmarks.long2rag import construction, derived, generation, judging
 from pipeline.benchmarks.long2rag.aggregate import (
+    KPR,
     agreement_rows,
-    build_rows,
+    breakdown_metrics,
     doc_tokens,
-    run_rows,
-    summary,
+    item_score,
+    sections,
+    setting_order,
 )
 from pipeline.benchmarks.long2rag.params import Long2ragLeadModel, Long2ragParams, OverlapJudge
-from pipeline.benchmarks.long2rag.report import render, report_section
+from pipeline.benchmarks.long2rag.report import agreement_lines, breakdown_lines, plot_png
+from pipeline.benchmarks.long2rag.report import report_section as _report_section
 from pipeline.benchmarks.long2rag.schema import Question, parse_questions
+from pipeline.benchmarks.long2rag.scoring import length_bucket
 from pipeline.core.benchmark import (
     Aggregated,
     Asker,
@@ -39,10 +44,12 @@ from pipeline.core.benchmark import (
     Planned,
     ReportSection,
     Run,
+    RunRow,
 )
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
 from pipeline.core.errors import ConfigError, DataError
-from pipeline.core.records import Generation, Verdict
+from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.core.results import ItemScore, Outcome, ResultRow
 
 DERIVED = "summhay"
 
@@ -163,13 +170,36 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
             return judging.OverlapCoverage(full=spec.full, partial=spec.partial)
         return None
 
-    # ---- aggregate and report
+    # ---- results
+
+    metrics = (KPR,)
+
+    def item_score(
+        self, ctx: Ctx, item: Question, generation: Generation, judgement: Judgement
+    ) -> Outcome:
+        bucket = length_bucket(doc_tokens([item])[item.item_id], ctx.section.scoring.length_buckets)
+        return item_score(item, judgement, ctx.section.scoring.neutral, bucket)
+
+    def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
+        row.extra["n_key_points"] = sum(s.detail["key_points"] for s in scores)
+        row.extra["neutral"] = ctx.section.scoring.neutral
+        row.extra |= sections(scores, ctx.section.scoring.length_buckets)
+
+    def row_order(self, row: ResultRow) -> tuple[Any, ...]:
+        return (row.system, setting_order(row.setting), row.judge, row.model)
+
+    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
+        run = super().run_row(row, scores)
+        flat = row.flat()
+        return replace(
+            run,
+            metrics=run.metrics | breakdown_metrics(flat),
+            plots={"kpr_by_domain_and_category.png": plot_png(flat)},
+        )
 
     def aggregate(self, ctx: Ctx, dataset: Sequence[Question], runs: Sequence[Run]) -> Aggregated:
         l2 = ctx.section
-        rows, details = build_rows(
-            dataset, runs, doc_tokens(dataset), l2.scoring.length_buckets, l2.scoring.neutral
-        )
+        rows, scores = self.score(ctx, dataset, runs)
         agreement = agreement_rows(runs, l2.scoring.neutral) if len(l2.judges) > 1 else []
         derived_note = (
             " DERIVED from SummHay (question = subtopic query, documents = top 5 by"
@@ -181,16 +211,18 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
         note = (
             f"Dataset: {len(dataset)} questions, {sum(len(q.key_points) for q in dataset)} key"
             f" points.{derived_note} KPR = mean over questions of the share of key points the"
-            f" answer entails; neutral counts as {l2.scoring.neutral.replace('_', ' ')}. Generated"
-            " by lfbench; see metrics/long2rag.json."
+            f" answer entails; neutral counts as {l2.scoring.neutral.replace('_', ' ')}."
+        )
+        flat = [r.flat() for r in rows]
+        out = self.aggregated(
+            rows,
+            scores,
+            metrics={"agreement": agreement},
+            report=[note, "", *breakdown_lines(flat), *agreement_lines(agreement)],
         )
         source = f"derived:{DERIVED}" if l2.source == DERIVED else l2.source
-        return Aggregated(
-            metrics={"rows": rows, "agreement": agreement},
-            summary=summary(rows),
-            report=render(rows, agreement, note),
-            runs=run_rows(rows, details, source),
-        )
+        tagged = [replace(r, tags=r.tags | {"dataset.source": source}) for r in out.runs]
+        return replace(out, runs=tagged)
 
     def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
-        return report_section(metrics["rows"], where)
+        return _report_section(metrics["rows"], where)

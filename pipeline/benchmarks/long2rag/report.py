@@ -10,24 +10,9 @@ from pipeline.core.benchmark import ReportSection
 from pipeline.core.markdown import fmt, need, table
 
 
-def _f(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def render(rows: Sequence[dict[str, Any]], agreement: Sequence[dict[str, Any]], note: str) -> str:
-    lines = ["# Long²RAG: Key Point Recall", "", note, ""]
-    lines += [
-        "| System | Setting | Judge | KPR | Questions | Key points | Excluded (no key points)"
-        " | Unjudged | Invalid verdicts | Failed generations | Truncated (kept) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['system']} | {r['setting']} | {r['judge']} | {_f(r['kpr'])} |"
-            f" {r['n_questions']} | {r['n_key_points']} | {r['n_excluded_questions']} |"
-            f" {r['n_unjudged_questions']} | {r['invalid_verdicts']} | {r['failed_generations']} |"
-            f" {r.get('truncated_generations', 0)} |"
-        )
+def breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """KPR by domain, category and input length: one table each (n = questions scored)."""
+    lines: list[str] = []
     for section, title in (
         ("by_domain", "domain"),
         ("by_category", "category"),
@@ -38,34 +23,44 @@ def render(rows: Sequence[dict[str, Any]], agreement: Sequence[dict[str, Any]], 
             groups += [g for g in r[section] if g not in groups]
         if not groups:
             continue
-        lines += ["", f"## KPR by {title}", ""]
-        lines.append("| System | Setting | Judge | " + " | ".join(groups) + " |")
-        lines.append("|---|---|---|" + "---|" * len(groups))
-        for r in rows:
-            cells = [
-                f"{_f(r[section][g]['kpr'])} (n={r[section][g]['n_questions']})"
-                if g in r[section]
-                else "-"
-                for g in groups
+        body = [
+            [
+                r["system"],
+                r["setting"],
+                r["judge"],
+                *(
+                    f"{fmt(r[section][g]['kpr'], 3)} (n={r[section][g]['n_scored']})"
+                    if g in r[section]
+                    else "-"
+                    for g in groups
+                ),
             ]
-            lines.append(
-                f"| {r['system']} | {r['setting']} | {r['judge']} | " + " | ".join(cells) + " |"
-            )
-    if agreement:
-        lines += [
-            "",
-            "## Judge agreement (free-marginal kappa)",
-            "",
-            "| Model | Judge A | Judge B | units | kappa (entailed or not)"
-            " | kappa (yes/no/neutral) |",
-            "|---|---|---|---|---|---|",
+            for r in rows
         ]
-        for a in agreement:
-            lines.append(
-                f"| {a['model']} | {a['judge_a']} | {a['judge_b']} | {a['n_units_binary']} |"
-                f" {_f(a['kappa_free_binary'])} | {_f(a['kappa_free_three_way'])} |"
-            )
-    return "\n".join(lines) + "\n"
+        lines += [f"## KPR by {title}", "", *table(["System", "Setting", "Judge", *groups], body)]
+    return lines
+
+
+def agreement_lines(agreement: Sequence[dict[str, Any]]) -> list[str]:
+    if not agreement:
+        return []
+    head = ["Model", "Judge A", "Judge B", "units", "kappa (entailed or not)"]
+    body = [
+        [
+            a["model"],
+            a["judge_a"],
+            a["judge_b"],
+            a["n_units_binary"],
+            fmt(a["kappa_free_binary"], 3),
+            fmt(a["kappa_free_three_way"], 3),
+        ]
+        for a in agreement
+    ]
+    return [
+        "## Judge agreement (free-marginal kappa)",
+        "",
+        *table([*head, "kappa (yes/no/neutral)"], body),
+    ]
 
 
 def plot_png(row: dict[str, Any]) -> bytes:
@@ -106,7 +101,7 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
                 r["setting"],
                 r["judge"],
                 fmt(r["kpr"], 3),
-                fmt(r.get("n_questions")),
+                fmt(r.get("n_scored")),
                 fmt(r.get("n_key_points")),
             ]
         )

@@ -1,276 +1,217 @@
-"""From judgements to the rows of metrics/summhay.json (and the item-level detail behind them).
+"""SummHay on the result model: per summary (one item = one subtopic's summary), the insight
+scores pooled as the paper pools them; one row per (domain, collection, system, setting,
+judge, scoring mode, model); a system run on both domains also gets a row with domain `all`
+pooling them, as the paper's Table 2 does.
 
-One row per (domain, system, setting, judge, mode): the paper's table cells, pooled over every
-subtopic of every haystack of the domain. When a system was run on both domains, an extra row
-with domain `all` pools them, as the paper's Table 2 does.
+Coverage, Joint (over every valid insight) and Citation, its precision and recall (over the
+covered insights) are ratios of summed insight scores; the macro averages (corrected mode) are
+means of per-summary scores; words per bullet a mean over summaries with bullets.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from statistics import fmean
+from collections.abc import Mapping, Sequence
+from math import fsum
 from typing import Any
 
 from pipeline.benchmarks.summhay.scoring import (
     InsightScore,
     Mode,
     extract_bullets,
-    macro,
     pool,
     score_summary,
     words_per_bullet,
 )
-from pipeline.core.benchmark import Details, Rows, Run, RunRow
+from pipeline.core.benchmark import Run, RunRow
 from pipeline.core.errors import DataError
-from pipeline.core.records import Judgement
-from pipeline.data.haystacks import Haystack
+from pipeline.core.records import Generation, Judgement
+from pipeline.core.results import (
+    Counts,
+    ItemScore,
+    Metric,
+    Outcome,
+    ResultRow,
+    RowKey,
+    Scored,
+    Spend,
+    combine,
+)
+from pipeline.data.haystacks import Haystack, Subtopic
 
+
+def _ratio(name: str, title: str) -> Metric:
+    return Metric(name, title, pool="ratio", scale=100.0, unit="0-100", lo=0.0, hi=100.0)
+
+
+def _mean(name: str, title: str, unit: str = "0-100") -> Metric:
+    return Metric(name, title, unit=unit, lo=0.0, hi=100.0 if unit == "0-100" else None)
+
+
+METRICS = (
+    _ratio("joint", "Joint"),
+    _ratio("coverage", "Coverage"),
+    _ratio("citation", "Citation"),
+    _ratio("citation_precision", "citation precision"),
+    _ratio("citation_recall", "citation recall"),
+    Metric("words_per_bullet", "words per bullet", higher_is_better=False, unit="words"),
+    _mean("coverage_macro", "Coverage (macro)"),
+    _mean("citation_macro", "Citation (macro)"),
+    _mean("joint_macro", "Joint (macro)"),
+)
+GROUP_KEYS = ("domain", "collection", "mode")
+ALL = "all"  # the domain of rows pooling both domains
+EXTRA = ("n_insights", "n_covered", "n_invalid_insights", "n_bad_links", "haystacks")
+# The fields of a row of metrics/summhay.json (ResultRow.flat()), in order.
 ROW_KEYS = (
     "benchmark",
-    "domain",
-    "collection",
+    *GROUP_KEYS,
     "system",
     "setting",
     "judge",
-    "mode",
     "model",
-    "coverage",
-    "citation",
-    "joint",
-    "citation_precision",
-    "citation_recall",
-    "words_per_bullet",
-    "n_insights",
-    "n_summaries",
-    "n_covered",
-    "n_invalid",
-    "n_bad_links",
-    "n_failed_generations",
-    "n_failed_judgements",
-    "n_truncated",
-    "coverage_macro",
-    "citation_macro",
-    "joint_macro",
-    "invalid_judgements",
-    "input_tokens",
-    "output_tokens",
-    "cost_usd",
-    "haystacks",
+    *(m.name for m in METRICS),
+    *Counts.model_fields,
+    *Spend.model_fields,
+    *EXTRA,
 )
 
 
-@dataclass
-class _Group:
-    per_summary: list[list[InsightScore]] = field(default_factory=list)
-    wpb: list[float] = field(default_factory=list)
-    details: list[dict[str, Any]] = field(default_factory=list)
-    failed_generations: int = 0
-    failed_judgements: int = 0
-    truncated: int = 0  # answers the server cut for length, kept and scored (flagged)
-    invalid_judgements: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    haystacks: set[str] = field(default_factory=set)  # `id` or `id=<recipe sha, 12>` if derived
+def haystack_label(hay: Haystack) -> str:
+    """`id`, or `id=<recipe sha, 12>` for a derived haystack."""
+    return (
+        hay.haystack_id
+        if hay.derived is None
+        else f"{hay.haystack_id}={hay.derived.recipe_sha[:12]}"
+    )
 
 
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 6)
+def keys(hay: Haystack, mode: str) -> dict[str, str]:
+    return {"domain": hay.domain, "collection": hay.collection, "mode": mode}
 
 
-def build_rows(
-    dataset: Sequence[Haystack],
-    runs: Iterable[Run],
+def _insight(gen: Generation, sc: InsightScore) -> dict[str, Any]:
+    return {
+        "insight_id": sc.insight_id,
+        "status": sc.status,
+        "covered": sc.covered,
+        "coverage": sc.coverage,
+        "precision": sc.precision,
+        "recall": sc.recall,
+        "f1": sc.f1,
+        "bullet": None if sc.bullet_index is None else sc.bullet_index + 1,
+        "bad_link": sc.bad_link,
+    }
+
+
+def _sums(scores: Sequence[InsightScore]) -> dict[str, tuple[float, float]]:
+    ok = [s for s in scores if s.status == "ok"]
+    covered = [s for s in ok if s.covered]
+    return {
+        "coverage": (fsum(s.coverage for s in ok), len(ok)),
+        "joint": (fsum(s.joint for s in ok), len(ok)),
+        "citation": (fsum(s.f1 or 0.0 for s in covered), len(covered)),
+        "citation_precision": (fsum(s.precision or 0.0 for s in covered), len(covered)),
+        "citation_recall": (fsum(s.recall or 0.0 for s in covered), len(covered)),
+    }
+
+
+def item_score(
+    item: tuple[Haystack, Subtopic],
+    gen: Generation,
+    j: Judgement,
     modes: Sequence[Mode],
-    partial_credit: float = 0.5,
-) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], list[dict[str, Any]]]]:
-    """Rows of metrics/summhay.json and, per row key, the insight-level scores behind it.
+    partial_credit: float,
+) -> Outcome:
+    """One summary's insight scores in each scoring mode (one item score per mode)."""
+    hay, sub = item
+    gold = {i.insight_id: i.gold_docs for i in sub.insights}
+    ids = [i.insight_id for i in sub.insights]
+    bullets = extract_bullets(gen.text or "")
+    out = []
+    for mode in modes:
+        try:
+            scores = score_summary(bullets, j.verdicts, ids, gold, mode, partial_credit)
+        except ValueError as e:
+            raise DataError(str(e), item=j.generation_id, field="verdicts") from e
+        p = pool(scores)
+        macro = mode == "corrected" and p.coverage is not None and p.joint is not None
+        out.append(
+            ItemScore(
+                gen.item_id,
+                values={
+                    "words_per_bullet": words_per_bullet(bullets),
+                    "coverage_macro": p.coverage if macro else None,
+                    "citation_macro": p.citation if macro else None,
+                    "joint_macro": p.joint if macro else None,
+                },
+                parts=_sums(scores),
+                keys=keys(hay, mode),
+                detail={
+                    "generation_id": gen.generation_id,
+                    "n_invalid": p.n_invalid,
+                    "n_bad_links": p.n_bad_links,
+                    "insights": [_insight(gen, s) for s in scores],
+                },
+            )
+        )
+    invalid = sum(1 for v in j.verdicts if v.status == "invalid")
+    return Scored(out, invalid_verdicts=invalid)
 
-    Every generation counts somewhere: scored, or in `n_failed_generations` (the model call
-    failed) or `n_failed_judgements` (the judge failed, or left it unjudged).
-    """
-    items = {s.item_id: (h, s) for h in dataset for s in h.subtopics}
-    groups: dict[tuple[str, ...], _Group] = defaultdict(_Group)
 
+def row_extra(row: ResultRow, scores: Sequence[ItemScore]) -> None:
+    """The insight counts behind the pooled scores."""
+    row.extra["n_insights"] = int(fsum(s.parts["coverage"][1] for s in scores))
+    row.extra["n_covered"] = int(fsum(s.parts["citation"][1] for s in scores))
+    row.extra["n_invalid_insights"] = sum(s.detail["n_invalid"] for s in scores)
+    row.extra["n_bad_links"] = sum(s.detail["n_bad_links"] for s in scores)
+
+
+def haystacks(
+    runs: Sequence[Run], items: Mapping[str, tuple[Haystack, Subtopic]]
+) -> dict[tuple[str, ...], set[str]]:
+    """(model, system, setting, domain, collection) -> the haystacks of its generations."""
+    out: dict[tuple[str, ...], set[str]] = defaultdict(set)
     for run in runs:
-        by_gen: dict[str, Judgement] = {}
-        j: Judgement | None
-        gen_ids = {g.generation_id for g in run.generations}
-        for jd in run.judgements:
-            if jd.generation_id not in gen_ids:
-                raise DataError(
-                    "judgement of a generation that is not in the generations file",
-                    item=jd.generation_id,
-                    field="generation_id",
-                )
-            if jd.generation_id in by_gen:
-                raise DataError(
-                    "two judgements of one generation by one judge",
-                    item=jd.generation_id,
-                    field="generation_id",
-                )
-            by_gen[jd.generation_id] = jd
-        for gen in run.generations:
-            if gen.item_id not in items:
-                raise DataError(
-                    "generation of an item that is not in the dataset",
-                    item=gen.generation_id,
-                    field="item_id",
-                )
-            hay, sub = items[gen.item_id]
-            gold = {i.insight_id: i.gold_docs for i in sub.insights}
-            ids = [i.insight_id for i in sub.insights]
-            bullets = extract_bullets(gen.text or "")
-            j = by_gen.get(gen.generation_id)
-            for mode in modes:
-                g = groups[
-                    (
-                        hay.domain,
-                        hay.collection,
-                        gen.system,
-                        gen.setting,
-                        run.judge,
-                        mode,
-                        run.model,
-                    )
-                ]
-                g.haystacks.add(
-                    hay.haystack_id
-                    if hay.derived is None
-                    else f"{hay.haystack_id}={hay.derived.recipe_sha[:12]}"
-                )
-                g.input_tokens += gen.usage.input_tokens
-                g.output_tokens += gen.usage.output_tokens
-                g.cost_usd += gen.usage.cost_usd
-                if j is not None:
-                    g.input_tokens += j.usage.input_tokens
-                    g.output_tokens += j.usage.output_tokens
-                    g.cost_usd += j.usage.cost_usd
-                    g.invalid_judgements += sum(1 for v in j.verdicts if v.status == "invalid")
-                if gen.status == "error":
-                    g.failed_generations += 1
-                    continue
-                if gen.meta.get("truncated"):
-                    g.truncated += 1
-                if j is None or j.status == "error":
-                    g.failed_judgements += 1
-                    continue
-                try:
-                    scores = score_summary(bullets, j.verdicts, ids, gold, mode, partial_credit)
-                except ValueError as e:
-                    raise DataError(str(e), item=j.generation_id, field="verdicts") from e
-                g.per_summary.append(scores)
-                wpb = words_per_bullet(bullets)
-                if wpb is not None:
-                    g.wpb.append(wpb)
-                for sc in scores:
-                    g.details.append(
-                        {
-                            "item_id": gen.item_id,
-                            "generation_id": gen.generation_id,
-                            "insight_id": sc.insight_id,
-                            "status": sc.status,
-                            "covered": sc.covered,
-                            "coverage": sc.coverage,
-                            "precision": sc.precision,
-                            "recall": sc.recall,
-                            "f1": sc.f1,
-                            "bullet": None if sc.bullet_index is None else sc.bullet_index + 1,
-                            "bad_link": sc.bad_link,
-                        }
-                    )
-
-    # Pool both domains when a system has rows in both.
-    by_rest: dict[tuple[str, ...], list[tuple[str, ...]]] = defaultdict(list)
-    for key in groups:
-        by_rest[key[1:]].append(key)
-    for rest, keys in by_rest.items():
-        if len({k[0] for k in keys}) > 1:
-            allg = _Group()
-            for k in sorted(keys):
-                src = groups[k]
-                allg.per_summary += src.per_summary
-                allg.wpb += src.wpb
-                allg.details += src.details
-                allg.failed_generations += src.failed_generations
-                allg.failed_judgements += src.failed_judgements
-                allg.truncated += src.truncated
-                allg.invalid_judgements += src.invalid_judgements
-                allg.input_tokens += src.input_tokens
-                allg.output_tokens += src.output_tokens
-                allg.cost_usd += src.cost_usd
-                allg.haystacks |= src.haystacks
-            groups[("all", *rest)] = allg
-
-    rows = []
-    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for key in sorted(groups):
-        domain, collection, system, setting, judge, mode_name, model = key
-        g = groups[key]
-        p = pool(s for summary in g.per_summary for s in summary)
-        m = macro(g.per_summary) if mode_name == "corrected" else None
-        row: dict[str, Any] = {
-            "benchmark": "summhay",
-            "domain": domain,
-            "collection": collection,
-            "system": system,
-            "setting": setting,
-            "judge": judge,
-            "mode": mode_name,
-            "model": model,
-            "coverage": _r(p.coverage),
-            "citation": _r(p.citation),
-            "joint": _r(p.joint),
-            "citation_precision": _r(p.citation_precision),
-            "citation_recall": _r(p.citation_recall),
-            "words_per_bullet": _r(fmean(g.wpb)) if g.wpb else None,
-            "n_insights": p.n_insights,
-            "n_summaries": len(g.per_summary),
-            "n_covered": p.n_covered,
-            "n_invalid": p.n_invalid,
-            "n_bad_links": p.n_bad_links,
-            "n_failed_generations": g.failed_generations,
-            "n_failed_judgements": g.failed_judgements,
-            "n_truncated": g.truncated,
-            "coverage_macro": _r(m.coverage) if m else None,
-            "citation_macro": _r(m.citation) if m else None,
-            "joint_macro": _r(m.joint) if m else None,
-            "invalid_judgements": g.invalid_judgements,
-            "input_tokens": g.input_tokens,
-            "output_tokens": g.output_tokens,
-            "cost_usd": round(g.cost_usd, 6),
-            "haystacks": ",".join(sorted(g.haystacks)),
-        }
-        assert tuple(row) == ROW_KEYS
-        rows.append(row)
-        details[row_key(row)] = g.details
-    return rows, details
+        for g in run.generations:
+            if g.item_id in items:
+                hay = items[g.item_id][0]
+                key = (run.model, g.system, g.setting, hay.domain, hay.collection)
+                out[key].add(haystack_label(hay))
+    return out
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, ...]:
-    """What names a row (its MLflow run): a derived collection's rows add the collection."""
-    key = tuple(str(row[k]) for k in ("domain", "system", "setting", "judge", "mode", "model"))
-    return key if row["collection"] == "released" else (*key, str(row["collection"]))
+def with_all_domains(
+    rows: Sequence[ResultRow], scores: Mapping[RowKey, Sequence[ItemScore]]
+) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+    """The rows plus, for every (model, system, setting, judge, collection, mode) scored in
+    more than one domain, a row pooling them (domain `all`)."""
+    groups: dict[tuple[str, ...], list[ResultRow]] = defaultdict(list)
+    for r in rows:
+        groups[
+            (r.model, r.system, r.setting, r.judge, r.keys["collection"], r.keys["mode"])
+        ].append(r)
+    out, by_key = list(rows), {k: list(v) for k, v in scores.items()}
+    for group in groups.values():
+        if len({r.keys["domain"] for r in group}) > 1:
+            parts = sorted(group, key=lambda r: r.keys["domain"])
+            row, joined = combine(METRICS, parts, [scores[r.key] for r in parts], domain=ALL)
+            row_extra(row, joined)
+            row.extra["haystacks"] = ",".join(
+                sorted({h for r in parts for h in r.extra["haystacks"].split(",") if h})
+            )
+            out.append(row)
+            by_key[row.key] = joined
+    return out, by_key
 
 
-def where(row: dict[str, Any]) -> str:
+def where(row: Mapping[str, Any]) -> str:
     """The row's haystacks in words: `news`, or `news@50k` for a derived collection."""
     c = row["collection"]
     return str(row["domain"]) if c == "released" else f"{row['domain']}@{c}"
 
 
-# ---------------------------------------------------------------- what is logged
-
-
-# Every numeric column of a row is an MLflow metric; the others identify the row.
-ID_KEYS = ("benchmark", "domain", "collection", "system", "setting", "judge", "mode", "model")
-TEXT_KEYS = ("haystacks",)  # logged as a tag: the haystacks a row pools (derived: =recipe sha)
-METRIC_KEYS = tuple(k for k in ROW_KEYS if k not in ID_KEYS + TEXT_KEYS)
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
+def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
     """The headline scores nested for `dvc metrics show/diff`: {domain/judge/mode: {system/
     setting: {coverage, citation, joint}}} (DVC cannot read the row list)."""
     out: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -282,11 +223,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float |
     return out
 
 
-def _plot_group(row: dict[str, Any]) -> tuple[str, ...]:
+def _plot_group(row: Mapping[str, Any]) -> tuple[str, ...]:
     return (where(row), *(str(row[k]) for k in ("judge", "mode", "model", "system")))
 
 
-def row_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, bytes]]:
+def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[str, bytes]]:
     """The plots logged with each run, per (domain, judge, mode, model entry, system):
     `plots/joint_by_setting.png` (the system's scores in each context setting) and, when the
     system has whole-haystack orderings, `plots/position_sensitivity.png` (Joint with the
@@ -294,8 +235,8 @@ def row_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, byt
     every system of that domain, judge and mode that has them)."""
     from pipeline.benchmarks.summhay import plots
 
-    by_group: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    by_view: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    by_group: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    by_view: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         by_group.setdefault(_plot_group(r), []).append(r)
         by_view.setdefault(_plot_group(r)[:3], []).append(r)
@@ -317,36 +258,17 @@ def row_plots(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, byt
     return out
 
 
-def run_rows(rows: Rows, details: Details, partial_credit: float) -> list[RunRow]:
-    """One MLflow run per row: its numbers, its insight-level scores and its plots."""
-    plot_files = row_plots(rows)
-    return [
-        run_row(row, details[row_key(row)], plot_files.get(_plot_group(row), {}), partial_credit)
-        for row in rows
-    ]
+def dress(run: RunRow, row: Mapping[str, Any], plots: dict[str, bytes], partial: float) -> RunRow:
+    """SummHay's additions to a row's MLflow run: its name (with where), the partial credit, the
+    haystacks it pools, its plots."""
+    from dataclasses import replace
 
-
-def run_row(
-    row: dict[str, Any], detail: list[dict[str, Any]], plots: dict[str, bytes], partial: float
-) -> RunRow:
-    ids = ("domain", "collection", "system", "setting", "judge", "mode", "model")
-    return RunRow(
-        key="|".join(row_key(row)),
+    return replace(
+        run,
         name=" / ".join(
             [*(str(row[k]) for k in ("system", "setting", "judge", "mode")), where(row)]
         ),
-        metrics={k: float(row[k]) for k in METRIC_KEYS if row[k] is not None},
-        params={k: str(row[k]) for k in ids} | {"partial_credit": str(partial)},
-        tags={
-            "domain": row["domain"],
-            "collection": row["collection"],
-            "summhay.haystacks": row["haystacks"],
-            "mode": row["mode"],
-            "setting": row["setting"],
-            "model.name": row["system"],
-        },
-        artifacts={"judgements.jsonl": detail, "row.json": row},
+        params=run.params | {"partial_credit": str(partial)},
+        tags=run.tags | {"summhay.haystacks": row["haystacks"]},
         plots=plots,
-        model=row["model"],
-        judge=row["judge"],
     )

@@ -62,7 +62,17 @@ def render(
 ) -> str:
     """The report: a section per view, the length study, and (`derived`: the dataset's derived
     haystacks, as `derived_table` lists them) how each derived haystack was made."""
-    out = ["# SummHay results", "", dataset_note, ""]
+    lines = paper_sections(rows, dataset_note, derived)
+    return "\n".join(["# SummHay results", "", *lines]).rstrip() + "\n"
+
+
+def paper_sections(
+    rows: Sequence[dict[str, Any]],
+    dataset_note: str,
+    derived: Sequence[dict[str, Any]] = (),
+) -> list[str]:
+    """The report's lines after its title (see `render`)."""
+    out = [dataset_note, ""]
     sections: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         sections[(_where(r), r["judge"], r["mode"])].append(r)
@@ -72,7 +82,7 @@ def render(
     if length_views(rows):
         out += [f"![Joint by haystack length]({LENGTH_PLOT})", ""]
     out += derived_section(derived)
-    return "\n".join(out).rstrip() + "\n"
+    return out
 
 
 def length_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -166,7 +176,7 @@ def _section(domain: str, judge: str, mode: str, rows: list[dict[str, Any]]) -> 
                 line = f"| {system} | " + " | ".join(vals) + " |"
                 if extra:
                     wpb = [
-                        (r["words_per_bullet"], r["n_summaries"])
+                        (r["words_per_bullet"], r["n_scored"])
                         for r in rows
                         if r["system"] == system and r["words_per_bullet"] is not None
                     ]
@@ -202,7 +212,7 @@ def _section(domain: str, judge: str, mode: str, rows: list[dict[str, Any]]) -> 
 def _problems_and_cost(rows: list[dict[str, Any]]) -> list[str]:
     """Failures and invalid judgements (left out of the scores, never counted as 0), and what the
     calls cost. Shown only when there is something to show (replayed outputs cost nothing)."""
-    keys = ("invalid_judgements", "n_failed_generations", "n_failed_judgements", "n_truncated")
+    keys = ("n_invalid_verdicts", "n_failed_generations", "n_failed_judgements", "n_truncated")
     shown = [r for r in rows if any(r.get(k) for k in keys) or r.get("cost_usd")]
     if not shown:
         return []
@@ -215,7 +225,7 @@ def _problems_and_cost(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for r in sorted(shown, key=lambda r: (r["system"], r["setting"])):
         out.append(
-            f"| {r['system']} | {r['setting']} | {r['n_summaries']} | {r['invalid_judgements']}"
+            f"| {r['system']} | {r['setting']} | {r['n_scored']} | {r['n_invalid_verdicts']}"
             f" | {r['n_failed_generations']} | {r['n_failed_judgements']}"
             f" | {r.get('n_truncated', 0)} | {r['input_tokens']}"
             f" | {r['output_tokens']} | {r['cost_usd']:.4f} |"

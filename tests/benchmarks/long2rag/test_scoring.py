@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
-from pipeline.benchmarks.long2rag.aggregate import Run, build_rows
+from pipeline.benchmarks.long2rag.benchmark import Long2Rag
 from pipeline.benchmarks.long2rag.schema import KeyPoint, L2Document, Question
 from pipeline.benchmarks.long2rag.scoring import (
     QuestionVerdicts,
@@ -16,6 +19,8 @@ from pipeline.benchmarks.long2rag.scoring import (
     paired_ratings,
     question_recall,
 )
+from pipeline.core.benchmark import Run
+from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement, Verdict
 
 # q1: 3 key points (yes, no, neutral)         -> 1/3   (neutral entailed: 2/3)
@@ -100,8 +105,8 @@ def test_paired_ratings_binary_and_three_way() -> None:
     ]
 
 
-def _q(item: str, n_kp: int, domain: str, category: str) -> Question:
-    docs = [L2Document(doc_id=f"d{i}", text=f"text {i}.") for i in range(5)]
+def _q(item: str, n_kp: int, domain: str, category: str, words: int = 2) -> Question:
+    docs = [L2Document(doc_id=f"d{i}", text=" ".join(["text"] * words)) for i in range(5)]
     kps = [KeyPoint(text=f"point {k}", doc_id="d0") for k in range(n_kp)]
     return Question(
         item_id=item,
@@ -113,8 +118,21 @@ def _q(item: str, n_kp: int, domain: str, category: str) -> Question:
     )
 
 
-def test_build_rows_from_records() -> None:
-    dataset = [_q("q1", 3, "news", "c1"), _q("q2", 1, "news", "c2"), _q("q4", 0, "conv", "c1")]
+BENCH = Long2Rag()
+
+
+def _ctx(edges: list[int]) -> Any:
+    scoring = SimpleNamespace(neutral="not_entailed", length_buckets=edges)
+    return SimpleNamespace(section=SimpleNamespace(scoring=scoring, judges=["j"], source="x.jsonl"))
+
+
+def _records() -> tuple[list[Question], list[Generation], list[Judgement]]:
+    # q2's five documents hold 5 x 2000 tokens: the >=8000 bucket; q1's 10
+    dataset = [
+        _q("q1", 3, "news", "c1"),
+        _q("q2", 1, "news", "c2", words=2000),
+        _q("q4", 0, "conv", "c1"),
+    ]
     gens = [
         Generation(
             benchmark="long2rag",
@@ -161,27 +179,56 @@ def test_build_rows_from_records() -> None:
         for g in gens
         if g.status == "ok"
     ]
-    rows, details = build_rows(
-        dataset,
-        [Run("m", "j", gens, js)],
-        {"q1": 100, "q2": 9000, "q4": 10},
-        [8000],
-        "not_entailed",
-    )
-    by_setting = {r["setting"]: r for r in rows}
+    return dataset, gens, js
+
+
+def test_rows_from_records() -> None:
+    dataset, gens, js = _records()
+    out = BENCH.aggregate(_ctx([8000]), dataset, [Run("m", "j", gens, js)])
+    by_setting = {r["setting"]: r for r in out.metrics["rows"]}
     lc = by_setting["long_context"]
     assert lc["kpr"] == pytest.approx((1 / 3 + 1) / 2)
-    assert (lc["n_questions"], lc["n_key_points"], lc["n_excluded_questions"]) == (2, 4, 1)
+    assert (lc["n_scored"], lc["n_key_points"], lc["n_excluded"]) == (2, 4, 1)
+    assert lc["excluded"] == {"no key points": 1} and lc["n_items"] == 3
     assert lc["by_domain"]["news"]["kpr"] == pytest.approx(2 / 3)
-    assert lc["by_domain"]["conv"] == {"kpr": None, "n_questions": 0}
+    assert "conv" not in lc["by_domain"]  # its one question is excluded (no key points)
     assert lc["by_length"]["<8000"]["kpr"] == pytest.approx(1 / 3)
     assert lc["by_length"][">=8000"]["kpr"] == pytest.approx(1.0)
     # q2's answer was cut for length and kept: scored (its KPR is in the mean) and counted
-    assert (lc["truncated_generations"], lc["failed_generations"]) == (1, 0)
+    assert (lc["n_truncated"], lc["n_failed_generations"]) == (1, 0)
     rag = by_setting["rag_512"]
-    assert rag["kpr"] is None and rag["failed_generations"] == 1 and rag["n_questions"] == 0
-    assert rag["truncated_generations"] == 0
-    assert len(details[("m", "long_context", "j", "m")]) == 3
+    assert rag["kpr"] is None and rag["n_failed_generations"] == 1 and rag["n_scored"] == 0
+    assert rag["n_truncated"] == 0
+    run = next(r for r in out.runs if r.params["setting"] == "long_context")
+    assert [x["item_id"] for x in run.artifacts["items.jsonl"]] == ["q1", "q2"]  # type: ignore[index]
+    assert run.metrics["kpr.domain.news"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("fault", ["orphan", "duplicate", "missing", "unknown item"])
+def test_join_errors_name_the_file_and_line(fault: str) -> None:
+    """The stage layer's join, the same in every benchmark: an orphan, a duplicate or a
+    missing judgement and a generation of an unknown item are errors naming file:line."""
+    dataset, gens, js = _records()
+    gens = [g for g in gens if g.status == "ok"]
+    if fault == "orphan":
+        js = [*js, js[0].model_copy(update={"generation_id": "nope|long_context|m|0"})]
+    elif fault == "duplicate":
+        js = [*js, js[1]]
+    elif fault == "missing":
+        js = js[1:]
+    else:
+        gens = [*gens, gens[0].model_copy(update={"item_id": "q9"})]
+    gl = [f"generations/m.jsonl:{n}" for n in range(1, len(gens) + 1)]
+    jl = [f"judgements/m/j.jsonl:{n}" for n in range(1, len(js) + 1)]
+    with pytest.raises(DataError) as e:
+        BENCH.aggregate(_ctx([8000]), dataset, [Run("m", "j", gens, js, gl, jl)])
+    where = {
+        "orphan": "judgements/m/j.jsonl:4",
+        "duplicate": "judgements/m/j.jsonl:4",
+        "missing": "generations/m.jsonl:1",
+        "unknown item": "generations/m.jsonl:4",
+    }[fault]
+    assert where in str(e.value)
 
 
 def test_agreement_rows_free_marginal_kappa_by_hand() -> None:

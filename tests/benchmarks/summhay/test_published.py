@@ -12,14 +12,16 @@ with a 40-line script following the authors' released scorer (same numbers to 0.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from pipeline.benchmarks.summhay import paper_tables as paper
 from pipeline.benchmarks.summhay import published
-from pipeline.benchmarks.summhay.aggregate import Run, build_rows
+from pipeline.benchmarks.summhay.benchmark import SummHay
 from pipeline.benchmarks.summhay.report import position_sensitivity
+from pipeline.core.benchmark import Run
 from pipeline.core.config import PublishedModel
 from pipeline.data.haystacks import Haystack, load_raw_haystack, normalise
 from pipeline.metrics.stats import spearman
@@ -48,10 +50,10 @@ def rows(mirror: Path, news: list[Haystack]) -> list[dict[str, Any]]:
     spec = PublishedModel(provider="published")
     gens = list(published.generations("published", spec, files, data_dir, news))
     js = list(published.judgements("published-gpt-4o", files, data_dir, gens))
-    out, _ = build_rows(
-        news, [Run("published", "published-gpt-4o", gens, js)], ["paper", "corrected"]
-    )
-    return out
+    scoring = SimpleNamespace(modes=["paper", "corrected"], partial_credit=50)
+    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring))
+    out, _ = SummHay().score(ctx, news, [Run("published", "published-gpt-4o", gens, js)])
+    return [r.flat() for r in out]
 
 
 def _cell(
@@ -77,8 +79,8 @@ def test_78_published_systems(rows: list[dict[str, Any]]) -> None:
     assert {r["system"] for r in paper_rows} == set(paper.SUMMARIZERS)
     # 10 summarizers x 6 retrievers + 9 full-context + 3 models x 3 position orders = 78
     assert sum(r["setting"] == "full" for r in paper_rows) == 9
-    assert all(r["n_summaries"] == 42 and r["n_insights"] == 336 for r in paper_rows)
-    assert all(r["n_invalid"] == r["n_bad_links"] == 0 for r in rows)
+    assert all(r["n_scored"] == 42 and r["n_insights"] == 336 for r in paper_rows)
+    assert all(r["n_invalid_insights"] == r["n_bad_links"] == 0 for r in rows)
 
 
 def test_quoted_cells(rows: list[dict[str, Any]]) -> None:
