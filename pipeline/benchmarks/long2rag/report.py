@@ -16,18 +16,17 @@ def _f(x: float | None) -> str:
 
 def render(rows: Sequence[dict[str, Any]], agreement: Sequence[dict[str, Any]], note: str) -> str:
     lines = ["# Long²RAG: Key Point Recall", "", note, ""]
-    lines += [
-        "| System | Setting | Judge | KPR | Questions | Key points | Excluded (no key points)"
-        " | Unjudged | Invalid verdicts | Failed generations | Truncated (kept) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['system']} | {r['setting']} | {r['judge']} | {_f(r['kpr'])} |"
-            f" {r['n_questions']} | {r['n_key_points']} | {r['n_excluded_questions']} |"
-            f" {r['n_unjudged_questions']} | {r['invalid_verdicts']} | {r['failed_generations']} |"
-            f" {r.get('truncated_generations', 0)} |"
-        )
+    lines += table(
+        ["System", "Setting", "Judge", "KPR", "Questions", "Key points",
+         "Excluded (no key points)", "Unjudged", "Invalid verdicts", "Failed generations",
+         "Truncated (kept)"],
+        [
+            [r["system"], r["setting"], r["judge"], _f(r["kpr"]), r["n_questions"],
+             r["n_key_points"], r["n_excluded_questions"], r["n_unjudged_questions"],
+             r["invalid_verdicts"], r["failed_generations"], r.get("truncated_generations", 0)]
+            for r in rows
+        ],
+    )  # fmt: skip
     for section, title in (
         ("by_domain", "domain"),
         ("by_category", "category"),
@@ -38,34 +37,32 @@ def render(rows: Sequence[dict[str, Any]], agreement: Sequence[dict[str, Any]], 
             groups += [g for g in r[section] if g not in groups]
         if not groups:
             continue
-        lines += ["", f"## KPR by {title}", ""]
-        lines.append("| System | Setting | Judge | " + " | ".join(groups) + " |")
-        lines.append("|---|---|---|" + "---|" * len(groups))
-        for r in rows:
-            cells = [
-                f"{_f(r[section][g]['kpr'])} (n={r[section][g]['n_questions']})"
-                if g in r[section]
-                else "-"
-                for g in groups
-            ]
-            lines.append(
-                f"| {r['system']} | {r['setting']} | {r['judge']} | " + " | ".join(cells) + " |"
-            )
+        lines += [f"## KPR by {title}", ""]
+        lines += table(
+            ["System", "Setting", "Judge", *groups],
+            [
+                [r["system"], r["setting"], r["judge"]]
+                + [
+                    f"{_f(r[section][g]['kpr'])} (n={r[section][g]['n_questions']})"
+                    if g in r[section]
+                    else "-"
+                    for g in groups
+                ]
+                for r in rows
+            ],
+        )
     if agreement:
-        lines += [
-            "",
-            "## Judge agreement (free-marginal kappa)",
-            "",
-            "| Model | Judge A | Judge B | units | kappa (entailed or not)"
-            " | kappa (yes/no/neutral) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for a in agreement:
-            lines.append(
-                f"| {a['model']} | {a['judge_a']} | {a['judge_b']} | {a['n_units_binary']} |"
-                f" {_f(a['kappa_free_binary'])} | {_f(a['kappa_free_three_way'])} |"
-            )
-    return "\n".join(lines) + "\n"
+        lines += ["## Judge agreement (free-marginal kappa)", ""]
+        lines += table(
+            ["Model", "Judge A", "Judge B", "units", "kappa (entailed or not)",
+             "kappa (yes/no/neutral)"],
+            [
+                [a["model"], a["judge_a"], a["judge_b"], a["n_units_binary"],
+                 _f(a["kappa_free_binary"]), _f(a["kappa_free_three_way"])]
+                for a in agreement
+            ],
+        )  # fmt: skip
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def plot_png(row: dict[str, Any]) -> bytes:
@@ -93,6 +90,22 @@ def plot_png(row: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
+def _with_breakdowns(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with `kpr_by_domain` / `kpr_by_category` (what the plot reads) taken from the
+    aggregate's `by_domain` / `by_category`; a group without a KPR (every question excluded)
+    has no bar."""
+    out = dict(row)
+    for dim in ("domain", "category"):
+        groups = row.get(f"by_{dim}")
+        if f"kpr_by_{dim}" not in row and isinstance(groups, dict):
+            out[f"kpr_by_{dim}"] = {
+                g: v["kpr"]
+                for g, v in groups.items()
+                if isinstance(v, dict) and v.get("kpr") is not None
+            }
+    return out
+
+
 def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     """Long²RAG's part of `lfbench report`: the KPR table and the breakdown plot."""
     from pipeline.benchmarks.long2rag.plots import kpr_breakdown
@@ -114,7 +127,8 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     out += table(["system", "setting", "judge", "KPR", "questions", "key points"], body)
     figs: list[tuple[str, bytes]] = []
     try:
-        figs.append(("Long²RAG KPR by domain and category", kpr_breakdown(rows)))
+        plotted = [_with_breakdowns(r) for r in rows]
+        figs.append(("Long²RAG KPR by domain and category", kpr_breakdown(plotted)))
     except ValueError as e:  # rows without breakdowns: the table stands alone
         out += [f"(no breakdown plot: {e})", ""]
     return ReportSection(out, figs)
