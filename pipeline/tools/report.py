@@ -195,10 +195,11 @@ def _agreement(rows: list[dict[str, Any]]) -> list[str]:
         "cohen_kappa_linear",
         "exact_agreement",
     )
+    named = any("benchmark" in r for r in rows)
     body = []
     for n, r in enumerate(rows, 1):
         need(r, ("judge", "reference"), where, n)
-        cells = [r["judge"], r["reference"]]
+        cells = [*([fmt(r.get("benchmark"))] if named else []), r["judge"], r["reference"]]
         for c in cols:
             v = r.get(c)
             lo, hi = r.get(f"{c}_ci_low"), r.get(f"{c}_ci_high")
@@ -208,7 +209,7 @@ def _agreement(rows: list[dict[str, Any]]) -> list[str]:
             cells.append(cell)
         body.append(cells)
     out = ["## Judge agreement", "", f"From {where} (95% intervals in brackets).", ""]
-    return out + table(["judge", "reference", *cols], body)
+    return out + table([*(["benchmark"] if named else []), "judge", "reference", *cols], body)
 
 
 def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
@@ -238,9 +239,9 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         title = bench.title or bench.name
         where = f"metrics/{name}.json"
         doc = _document(root / where)
+        section = bench.report_section(doc, where)  # checks the rows the benchmark's way
         if bench.plotted:
             top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
-        section = bench.report_section(doc, where)
         details += [f"## {title}", "", *section.lines]
         for caption, png in section.figures:
             figs.append((caption, png))

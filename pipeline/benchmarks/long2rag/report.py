@@ -126,9 +126,12 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     out = [f"Key Point Recall from {where}.", ""]
     out += table(["system", "setting", "judge", "KPR", "questions", "key points"], body)
     figs: list[tuple[str, bytes]] = []
+    judges = list(dict.fromkeys(str(r["judge"]) for r in rows))
     try:
-        plotted = [_with_breakdowns(r) for r in rows]
-        figs.append(("Long²RAG KPR by domain and category", kpr_breakdown(plotted)))
+        for judge in judges:  # one figure per judge: its bars comparable, its colours few
+            plotted = [_with_breakdowns(r) for r in rows if str(r["judge"]) == judge]
+            title = f"Long²RAG KPR by domain and category, judge {judge}"
+            figs.append((title, kpr_breakdown(plotted, title)))
     except ValueError as e:  # rows without breakdowns: the table stands alone
         out += [f"(no breakdown plot: {e})", ""]
     return ReportSection(out, figs)

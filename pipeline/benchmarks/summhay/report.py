@@ -66,13 +66,19 @@ def render(
     sections: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         sections[(_where(r), r["judge"], r["mode"])].append(r)
-    for (domain, judge, mode), srows in sorted(sections.items()):
+    for (domain, judge, mode), srows in sorted(sections.items(), key=_released_first):
         out += _section(domain, judge, mode, srows)
     out += length_section(rows)
     if length_views(rows):
         out += [f"![Joint by haystack length]({LENGTH_PLOT})", ""]
     out += derived_section(derived)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _released_first(view: tuple[tuple[str, str, str], Any]) -> tuple[bool, str, str, str]:
+    """Views of the released haystacks first (the paper's), then the derived collections."""
+    domain, judge, mode = view[0]
+    return ("@" in domain, domain, judge, mode)
 
 
 def length_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -234,8 +240,13 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     for n, r in enumerate(rows, 1):
         need(r, ROW_KEYS, where, n)
     body = render(rows, f"{len(rows)} result rows from {where}.")
-    # demote the benchmark report's headings one level under the report's section
-    out = [("#" + x if x.startswith("#") else x) for x in body.splitlines()[1:]]
+    # demote the benchmark report's headings one level under the report's section; its image
+    # links name files beside reports/summhay.md: the figures come with the section instead
+    out = [
+        ("#" + x if x.startswith("#") else x)
+        for x in body.splitlines()[1:]
+        if not x.startswith("![")
+    ]
     out.append("")
     judges = sorted({(r["judge"], r["model"]) for r in rows})
     cost: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -257,7 +268,7 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     views: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         views[(_where(r), r["judge"], r["mode"])].append(r)
-    for (domain, judge, mode), vrows in sorted(views.items()):
+    for (domain, judge, mode), vrows in sorted(views.items(), key=_released_first):
         png = plots.position_sensitivity(
             vrows, f"SummHay position sensitivity ({domain}, {judge}, {mode})"
         )
@@ -273,7 +284,7 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
             title = f"SummHay {best['system']} ({domain}, judge {judge}, {mode})"
             figs.append(
                 (
-                    f"Joint by setting, best system {best['system']}",
+                    f"Joint by setting, best system {best['system']} ({domain} / {judge} / {mode})",
                     plots.joint_by_setting(sys_rows, title),
                 )
             )
