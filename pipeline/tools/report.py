@@ -1,9 +1,11 @@
 """`lfbench report`: one self-contained HTML page (plots inlined) and its markdown twin.
 
-Reads whatever results exist: `metrics/<benchmark>.json` of every registered benchmark (each
-benchmark renders its own section: its table layouts, cost, plots), `metrics/agreement.json`
-(judge agreement) when present, plus the lineage that makes the numbers traceable: dataset and
-data digests, image or runtime, git commit.
+Reads whatever results exist: `metrics/<benchmark>.json` of every registered benchmark and
+`metrics/agreement.json` (judge agreement) when present. In this order: a headline (per
+benchmark, the best rows by its main metric within each comparable group, with intervals where
+the rows carry them, the judge and its kappa against people), each benchmark's own section (its
+table layouts, cost, plots), judge agreement, and last the lineage that makes the numbers
+traceable: dataset and data digests, image or runtime, git commit.
 """
 
 from __future__ import annotations
