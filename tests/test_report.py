@@ -257,3 +257,16 @@ def test_md_to_html_splits_cells_on_unescaped_pipes_only() -> None:
     out = md_to_html(md)
     assert "<tr><th>name</th><th>a|b</th></tr>" in out
     assert "<tr><td>x|y z</td><td><code>c|d</code></td></tr>" in out
+
+
+def test_a_benchmark_without_a_main_metric_is_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.core import registry
+    from pipeline.tools.report import build_markdown
+
+    monkeypatch.setattr(type(registry.get("long2rag")), "plotted", ())
+    _write(tmp_path, "long2rag.json", L2R)
+    md, _ = build_markdown(tmp_path)
+    head = md[md.index("\n## Headline\n") : md.index("\n## Long²RAG\n")]
+    assert "### Long²RAG\n\nNo main metric declared: see its section below." in head

@@ -244,6 +244,8 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         section = bench.report_section(doc, where)  # checks the rows the benchmark's way
         if bench.plotted:
             top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
+        else:
+            top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
         details += [f"## {title}", "", *section.lines]
         for caption, png in section.figures:
             figs.append((caption, png))
@@ -256,7 +258,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         " judge against human labels, from metrics/agreement.json (- where not measured).",
         "",
     ]
-    lines += top or ["No benchmark names a main metric.", ""]
+    lines += top
     lines += details
     if agreement is not None:
         lines += _agreement(agreement)
