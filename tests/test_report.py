@@ -246,7 +246,7 @@ def test_headline_intervals_and_unranked_rows() -> None:
     ]
     out = "\n".join(headline("b", "B", rows, "m", {("b", "j"): "0.50"}, "metrics/b.json"))
     assert "| j | 0.50 | y: **0.700** | x: **0.500** [0.400, 0.600] |  | 2 |" in out
-    assert "1 rows without a `m` value are not ranked." in out
+    assert "Not ranked, without a `m` value: 1 row." in out
     with pytest.raises(DataError, match="row 2, field m"):
         headline("b", "B", [rows[0], {"system": "y", "judge": "j"}], "m", {}, "metrics/b.json")
 

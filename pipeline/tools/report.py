@@ -14,6 +14,7 @@ import base64
 import html
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def _natural(value: str) -> tuple[tuple[int, float | str], ...]:
     return tuple((0, float(p)) if n % 2 else (1, p) for n, p in enumerate(parts) if p)
 
 
-def _label_keys(groups: list[list[dict[str, Any]]]) -> list[str]:
+def _label_keys(groups: list[list[dict[str, Any]]], candidates: Sequence[str]) -> list[str]:
     """The label keys that tell a group's rows apart: one is kept when, in some group, it varies
     and is not already determined by the keys kept before it (CRUX's setting `bm25@10` is its
     retriever's within a cut-off)."""
@@ -98,7 +99,7 @@ def _label_keys(groups: list[list[dict[str, Any]]]) -> list[str]:
         return False
 
     kept: list[str] = []
-    for key in LABEL_KEYS:
+    for key in candidates:
         if needed(key, kept):
             kept.append(key)
     # then drop a key the others determine (CRUD-RAG's retriever is in its setting's name)
@@ -116,22 +117,26 @@ def headline(
     kappa: dict[tuple[str, str], str],
     where: str,
     higher_is_better: bool = True,
+    group_keys: Sequence[str] = GROUP_KEYS,
+    label_keys: Sequence[str] = LABEL_KEYS,
 ) -> list[str]:
-    """One benchmark's lines of the headline: per comparable group (judge, domain, ...), the
-    best `TOP` rows by its main metric, with their interval where the rows carry one, the judge
-    and its kappa against people where measured."""
+    """One benchmark's lines of the headline: per comparable group (the `group_keys` its rows
+    hold and that vary, the judge always), the best `TOP` rows by its main metric, named by the
+    `label_keys` that tell them apart, with their interval where the rows carry one
+    (`<metric>_ci_low`, `<metric>_ci_high`), the judge and its kappa against people where
+    measured. A row without a value of the metric is counted, not ranked."""
     for n, r in enumerate(rows, 1):
         need(r, ("system", "judge", metric), where, n)
-    scored = [r for r in rows if isinstance(r[metric], int | float)]
-    present = [k for k in GROUP_KEYS if any(k in r for r in rows)]
-    varying = [k for k in present if k == "judge" or len({str(r.get(k)) for r in rows}) > 1]
+    scored = [r for r in rows if isinstance(r[metric], int | float) and r[metric] == r[metric]]
+    present = [k for k in group_keys if k != "judge" and any(k in r for r in rows)]
+    varying = [k for k in present if len({str(r.get(k)) for r in rows}) > 1] + ["judge"]
     fixed = [f"{k} `{rows[0].get(k)}`" for k in present if k not in varying]
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in scored:
         groups.setdefault(tuple(str(r.get(k, "-")) for k in varying), []).append(r)
     order = sorted(groups, key=lambda g: (-len(groups[g]), [_natural(v) for v in g]))
     hidden, order = order[MAX_GROUPS:], order[:MAX_GROUPS]
-    labels = _label_keys(list(groups.values()))
+    labels = _label_keys(list(groups.values()), label_keys)
     nd = 3 if all(abs(float(r[metric])) <= 1 for r in scored) else 1
     sign = -1.0 if higher_is_better else 1.0
 
@@ -175,7 +180,8 @@ def headline(
         "",
     ]
     if len(scored) < len(rows):
-        out += [f"{len(rows) - len(scored)} rows without a `{metric}` value are not ranked.", ""]
+        k = len(rows) - len(scored)
+        out += [f"Not ranked, without a `{metric}` value: {k} row{'s' if k > 1 else ''}.", ""]
     out += table(head, body)
     if hidden:
         keys = ", ".join(k for k in varying)
