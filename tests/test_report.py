@@ -270,3 +270,18 @@ def test_a_benchmark_without_a_main_metric_is_said_so(
     md, _ = build_markdown(tmp_path)
     head = md[md.index("\n## Headline\n") : md.index("\n## Long²RAG\n")]
     assert "### Long²RAG\n\nNo main metric declared: see its section below." in head
+
+
+def test_the_declared_main_metric_ranks_its_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.core import registry
+    from pipeline.core.results import Metric
+    from pipeline.tools.report import build_markdown
+
+    bench = type(registry.get("long2rag"))
+    monkeypatch.setattr(bench, "metrics", (Metric("kpr", higher_is_better=False),))
+    _write(tmp_path, "long2rag.json", L2R)
+    md, _ = build_markdown(tmp_path)
+    assert "Ranked by `kpr` (lower is better)" in md
+    assert "| j | - | m2: **0.400** | m1: **0.500** | " in md

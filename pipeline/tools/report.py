@@ -248,7 +248,12 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         where = f"metrics/{name}.json"
         doc = _document(root / where)
         section = bench.report_section(doc, where)  # checks the rows the benchmark's way
-        if bench.plotted:
+        if bench.metrics:  # the declared main metric (pipeline/core/results.py), with its way
+            main = bench.metrics[0]
+            top += headline(
+                name, title, doc["rows"], main.name, kappa, where, main.higher_is_better
+            )
+        elif bench.plotted:  # not declared yet: the first plotted, higher is better
             top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
