@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
 from pipeline.core.errors import DataError
+from pipeline.core.markdown import table
 from pipeline.tools.report import build_report, md_to_html
 
 
@@ -129,3 +132,157 @@ def test_md_to_html_tables_and_escaping() -> None:
     out = md_to_html("# T\n\n| a | b |\n|---|---|\n| <x> | `c` |\n\ntext **b**")
     assert "<h1>T</h1>" in out and "<th>a</th>" in out
     assert "<td>&lt;x&gt;</td><td><code>c</code></td>" in out and "<b>b</b>" in out
+
+
+# ------------------------------------------------ the report of the committed metrics files
+
+ROOT = Path(__file__).resolve().parents[1]
+UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
+
+
+def _tables(md: str) -> list[list[str]]:
+    """Every pipe table of a markdown text, as its lines."""
+    blocks: list[list[str]] = []
+    prev = False
+    for line in md.splitlines():
+        if line.startswith("|"):
+            if not prev:
+                blocks.append([])
+            blocks[-1].append(line)
+        prev = line.startswith("|")
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """The report of the committed metrics files, one Long²RAG system renamed `a|b`."""
+    root = tmp_path_factory.mktemp("committed")
+    (root / "metrics").mkdir()
+    for src in sorted((ROOT / "metrics").glob("*.json")):
+        (root / "metrics" / src.name).write_bytes(src.read_bytes())
+    doc = json.loads((root / "metrics" / "long2rag.json").read_text())
+    for r in doc["rows"]:
+        if r["system"] == "extractive":
+            r["system"] = "a|b"
+    (root / "metrics" / "long2rag.json").write_text(json.dumps(doc))
+    html_path, md_path = build_report(root, Path("out"))
+    return root, md_path.read_text(), html_path.read_text()
+
+
+def test_every_table_well_formed_whatever_its_labels_hold(committed: Any) -> None:
+    _, md, page = committed
+    tables = _tables(md)
+    assert len(tables) > 20
+    for block in tables:
+        widths = {len(UNESCAPED_PIPE.findall(line)) for line in block}
+        assert len(widths) == 1, block[:3]  # every row as many cells as the header
+    # CRUX's header: `|Z*|` in a label is text, not a column boundary
+    crux = next(b for b in tables if b[0].startswith("| domain | judge | retriever |"))
+    assert crux[0].count("\\|") == 6 and len(UNESCAPED_PIPE.findall(crux[0])) == 9
+    # the system named `a|b`, in the markdown and in the HTML
+    assert "| a\\|b | long_context | l2r-overlap | 0.086 | 88 | 465 |" in md
+    assert "<tr><td>a|b</td><td>long_context</td><td>l2r-overlap</td><td>0.086</td>" in page
+    assert "<th>Cov@|Z*|</th><th>alpha-nDCG@10</th><th>Den@|Z*|</th><th>mean |Z*|</th>" in page
+    for table_html in re.findall(r"<table>(.*?)</table>", page, re.S):
+        rows = re.findall(r"<tr>(.*?)</tr>", table_html)
+        assert len({r.count("<td>") + r.count("<th>") for r in rows}) == 1
+
+
+def test_headline_first_then_details_agreement_and_lineage_last(committed: Any) -> None:
+    _, md, _ = committed
+    heads = [line for line in md.splitlines() if line.startswith("## ")]
+    assert heads[0] == "## Headline" and heads[-2:] == ["## Judge agreement", "## Lineage"]
+    assert heads[1:-2] == ["## CRUD-RAG", "## CRUX", "## Long²RAG", "## SummHay"]
+    head = md[md.index("\n## Headline\n") : md.index("\n## CRUD-RAG\n")]
+    # Long²RAG: per judge, the rows ranked by KPR (its main metric), best first
+    rows = json.loads((ROOT / "metrics" / "long2rag.json").read_text())["rows"]
+    for judge in ("l2r-overlap", "local"):
+        ranked = sorted((r for r in rows if r["judge"] == judge), key=lambda r: -r["kpr"])
+        system = lambda r: "a|b" if r["system"] == "extractive" else r["system"]  # noqa: E731
+        cells = [f"{system(r)} / {r['setting']}: **{r['kpr']:.3f}**" for r in ranked[:3]]
+        assert f"| {judge} | - | " + " | ".join(c.replace("|", "\\|") for c in cells) in head
+    # SummHay's judges named with their kappa against people (metrics/agreement.json)
+    assert "| news | released | local | 0.41 [0.38, 0.45] | gemini-1.5-pro / full-sort:" in head
+    assert "| news | released | published-gpt-4o | 0.49 [0.45, 0.53] |" in head
+    assert "### CRUX: `coverage`" in head and "### CRUD-RAG: `rouge_l`" in head
+
+
+def test_long2rag_breakdown_drawn_from_the_committed_rows() -> None:
+    from pipeline.benchmarks.long2rag.report import report_section
+
+    where = "metrics/long2rag.json"
+    rows = json.loads((ROOT / where).read_text())["rows"]
+    assert all("by_domain" in r and "kpr_by_domain" not in r for r in rows)
+    section = report_section(rows, where)
+    assert [c for c, _ in section.figures] == [
+        "Long²RAG KPR by domain and category, judge l2r-overlap",
+        "Long²RAG KPR by domain and category, judge local",
+    ]
+    assert all(png.startswith(b"\x89PNG") for _, png in section.figures)
+    assert not any("no breakdown plot" in line for line in section.lines)
+
+
+def test_headline_does_not_depend_on_the_rows_order() -> None:
+    """Ties (CRUX has many rows at 100.0) broken by label, groups sorted: the same headline
+    whatever order the metrics file lists its rows in."""
+    from pipeline.tools.report import headline
+
+    for name, metric in (("crux", "coverage"), ("summhay", "joint"), ("long2rag", "kpr")):
+        rows = json.loads((ROOT / "metrics" / f"{name}.json").read_text())["rows"]
+        first = headline(name, name, rows, metric, {}, name)
+        for seed in range(3):
+            shuffled = list(rows)
+            random.Random(seed).shuffle(shuffled)
+            assert headline(name, name, shuffled, metric, {}, name) == first
+
+
+def test_headline_intervals_and_unranked_rows() -> None:
+    from pipeline.tools.report import headline
+
+    rows = [
+        {"system": "x", "setting": "s", "judge": "j", "m": 0.5, "m_ci_low": 0.4, "m_ci_high": 0.6},
+        {"system": "y", "setting": "s", "judge": "j", "m": 0.7},
+        {"system": "z", "setting": "s", "judge": "j", "m": None},
+    ]
+    out = "\n".join(headline("b", "B", rows, "m", {("b", "j"): "0.50"}, "metrics/b.json"))
+    assert "| j | 0.50 | y: **0.700** | x: **0.500** [0.400, 0.600] |  | 2 |" in out
+    assert "Not ranked, without a `m` value: 1 row." in out
+    with pytest.raises(DataError, match="row 2, field m"):
+        headline("b", "B", [rows[0], {"system": "y", "judge": "j"}], "m", {}, "metrics/b.json")
+
+
+def test_md_to_html_splits_cells_on_unescaped_pipes_only() -> None:
+    md = "\n".join(table(["name", "a|b"], [["x|y\nz", "`c|d`"]]))
+    assert md.splitlines()[0] == "| name | a\\|b |" and "| x\\|y z | `c\\|d` |" in md
+    out = md_to_html(md)
+    assert "<tr><th>name</th><th>a|b</th></tr>" in out
+    assert "<tr><td>x|y z</td><td><code>c|d</code></td></tr>" in out
+
+
+def test_a_benchmark_without_a_main_metric_is_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.core import registry
+    from pipeline.tools.report import build_markdown
+
+    monkeypatch.setattr(type(registry.get("long2rag")), "plotted", ())
+    monkeypatch.setattr(type(registry.get("long2rag")), "metrics", ())
+    _write(tmp_path, "long2rag.json", L2R)
+    md, _ = build_markdown(tmp_path)
+    head = md[md.index("\n## Headline\n") : md.index("\n## Long²RAG\n")]
+    assert "### Long²RAG\n\nNo main metric declared: see its section below." in head
+
+
+def test_the_declared_main_metric_ranks_its_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.core import registry
+    from pipeline.core.results import Metric
+    from pipeline.tools.report import build_markdown
+
+    bench = type(registry.get("long2rag"))
+    monkeypatch.setattr(bench, "metrics", (Metric("kpr", higher_is_better=False),))
+    _write(tmp_path, "long2rag.json", L2R)
+    md, _ = build_markdown(tmp_path)
+    assert "Ranked by `kpr` (lower is better)" in md
+    assert "| j | - | m2: **0.400** | m1: **0.500** | " in md

@@ -17,10 +17,16 @@ def fmt(x: Any, nd: int = 1) -> str:
     return str(x)
 
 
-def table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
-    """A pipe table (and the blank line after it)."""
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+def cell(x: Any) -> str:
+    """A table cell's text, whatever the value holds: `|` escaped as `\\|` (so it cannot split
+    the cell), line breaks as spaces (a pipe table row is one line)."""
+    return " ".join(str(x).replace("|", "\\|").splitlines())
+
+
+def table(head: Sequence[Any], body: Sequence[Sequence[Any]]) -> list[str]:
+    """A pipe table (and the blank line after it), each cell escaped by `cell`."""
+    out = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
     return [*out, ""]
 
 

@@ -1,9 +1,11 @@
 """`lfbench report`: one self-contained HTML page (plots inlined) and its markdown twin.
 
-Reads whatever results exist: `metrics/<benchmark>.json` of every registered benchmark (each
-benchmark renders its own section: its table layouts, cost, plots), `metrics/agreement.json`
-(judge agreement) when present, plus the lineage that makes the numbers traceable: dataset and
-data digests, image or runtime, git commit.
+Reads whatever results exist: `metrics/<benchmark>.json` of every registered benchmark and
+`metrics/agreement.json` (judge agreement) when present. In this order: a headline (per
+benchmark, the best rows by its main metric within each comparable group, with intervals where
+the rows carry them, the judge and its kappa against people), each benchmark's own section (its
+table layouts, cost, plots), judge agreement, and last the lineage that makes the numbers
+traceable: dataset and data digests, image or runtime, git commit.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import base64
 import html
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,146 @@ def lineage(root: Path, benchmarks: list[str]) -> dict[str, str]:
     }
 
 
+def human_kappa(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Each judge's Cohen's kappa against people (agreement rows with reference "human"), by
+    (benchmark, judge) ("" for a row that names no benchmark), formatted with its interval."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        if r.get("reference") != "human" or r.get("cohen_kappa") is None:
+            continue
+        k = fmt(float(r["cohen_kappa"]), 2)
+        lo, hi = r.get("cohen_kappa_ci_low"), r.get("cohen_kappa_ci_high")
+        if lo is not None and hi is not None:
+            k += f" [{fmt(float(lo), 2)}, {fmt(float(hi), 2)}]"
+        cells = found.setdefault((str(r.get("benchmark", "")), str(r["judge"])), [])
+        if k not in cells:
+            cells.append(k)
+    return {key: "; ".join(v) for key, v in found.items()}
+
+
+# Keys a row is compared within (a ranking never mixes two judges, domains, cut-offs...), and
+# keys that name what is ranked. Until the benchmarks declare their group keys.
+GROUP_KEYS = ("task", "domain", "collection", "mode", "cutoff", "judge")
+LABEL_KEYS = ("system", "retriever", "setting", "knob")
+TOP = 3  # rows shown per group
+MAX_GROUPS = 8  # groups shown per benchmark (the largest first); the rest in the details
+
+
+def _natural(value: str) -> tuple[tuple[int, float | str], ...]:
+    """Sort key with numbers compared as numbers (`25k` before `100k`)."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", value)
+    return tuple((0, float(p)) if n % 2 else (1, p) for n, p in enumerate(parts) if p)
+
+
+def _label_keys(groups: list[list[dict[str, Any]]], candidates: Sequence[str]) -> list[str]:
+    """The label keys that tell a group's rows apart: one is kept when, in some group, it varies
+    and is not already determined by the keys kept before it (CRUX's setting `bm25@10` is its
+    retriever's within a cut-off)."""
+
+    def needed(key: str, given: list[str]) -> bool:
+        for rows in groups:
+            seen: dict[tuple[str, ...], set[str]] = {}
+            for r in rows:
+                seen.setdefault(tuple(str(r.get(k)) for k in given), set()).add(str(r.get(key)))
+            if any(len(v) > 1 for v in seen.values()):
+                return True
+        return False
+
+    kept: list[str] = []
+    for key in candidates:
+        if needed(key, kept):
+            kept.append(key)
+    # then drop a key the others determine (CRUD-RAG's retriever is in its setting's name)
+    for key in list(kept):
+        if not needed(key, [k for k in kept if k != key]):
+            kept.remove(key)
+    return kept or ["system"]
+
+
+def headline(
+    name: str,
+    title: str,
+    rows: list[dict[str, Any]],
+    metric: str,
+    kappa: dict[tuple[str, str], str],
+    where: str,
+    higher_is_better: bool = True,
+    group_keys: Sequence[str] = GROUP_KEYS,
+    label_keys: Sequence[str] = LABEL_KEYS,
+) -> list[str]:
+    """One benchmark's lines of the headline: per comparable group (the `group_keys` its rows
+    hold and that vary, the judge always), the best `TOP` rows by its main metric, named by the
+    `label_keys` that tell them apart, with their interval where the rows carry one
+    (`<metric>_ci_low`, `<metric>_ci_high`), the judge and its kappa against people where
+    measured. A row without a value of the metric is counted, not ranked."""
+    for n, r in enumerate(rows, 1):
+        need(r, ("system", "judge", metric), where, n)
+    scored = [r for r in rows if isinstance(r[metric], int | float) and r[metric] == r[metric]]
+    present = [k for k in group_keys if k != "judge" and any(k in r for r in rows)]
+    varying = [k for k in present if len({str(r.get(k)) for r in rows}) > 1] + ["judge"]
+    fixed = [f"{k} `{rows[0].get(k)}`" for k in present if k not in varying]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in scored:
+        groups.setdefault(tuple(str(r.get(k, "-")) for k in varying), []).append(r)
+    order = sorted(groups, key=lambda g: (-len(groups[g]), [_natural(v) for v in g]))
+    hidden, order = order[MAX_GROUPS:], order[:MAX_GROUPS]
+    labels = _label_keys(list(groups.values()), label_keys)
+    nd = 3 if all(abs(float(r[metric])) <= 1 for r in scored) else 1
+    sign = -1.0 if higher_is_better else 1.0
+
+    def entry(r: dict[str, Any]) -> str:
+        label = " / ".join(fmt(r.get(k)) for k in labels)
+        text = f"{label}: **{fmt(float(r[metric]), nd)}**"
+        lo, hi = r.get(f"{metric}_ci_low"), r.get(f"{metric}_ci_high")
+        if lo is not None and hi is not None:
+            text += f" [{fmt(float(lo), nd)}, {fmt(float(hi), nd)}]"
+        return text
+
+    body = []
+    for g in order:
+        ranked = sorted(
+            groups[g],
+            key=lambda r: (sign * float(r[metric]), [_natural(str(r.get(k))) for k in labels]),
+        )
+        cells = [entry(r) for r in ranked[:TOP]]
+        judge = g[varying.index("judge")]
+        body.append(
+            [
+                *(v for k, v in zip(varying, g, strict=True) if k != "judge"),
+                judge,
+                kappa.get((name, judge)) or kappa.get(("", judge)) or "-",
+                *cells,
+                *([""] * (TOP - len(cells))),
+                len(groups[g]),
+            ]
+        )
+    ranks = ["1st", "2nd", "3rd"] + [f"{n}th" for n in range(4, TOP + 1)]
+    head = [*(k for k in varying if k != "judge"), "judge", "judge kappa vs people",
+            *ranks[:TOP], "rows"]  # fmt: skip
+    best = "higher" if higher_is_better else "lower"
+    out = [
+        f"### {title}: `{metric}`",
+        "",
+        f"Ranked by `{metric}` ({best} is better), {' / '.join(labels)} in each cell;"
+        f" {len(scored)} rows of {where}"
+        + (f", all with {', '.join(fixed)}" if fixed else "")
+        + ".",
+        "",
+    ]
+    if len(scored) < len(rows):
+        k = len(rows) - len(scored)
+        out += [f"Not ranked, without a `{metric}` value: {k} row{'s' if k > 1 else ''}.", ""]
+    out += table(head, body)
+    if hidden:
+        keys = ", ".join(k for k in varying)
+        out += [
+            f"{len(hidden)} more groups ({keys}) of {sum(len(groups[g]) for g in hidden)} rows:"
+            f" see {title} below.",
+            "",
+        ]
+    return out
+
+
 def _agreement(rows: list[dict[str, Any]]) -> list[str]:
     where = "metrics/agreement.json"
     cols = (
@@ -60,10 +203,11 @@ def _agreement(rows: list[dict[str, Any]]) -> list[str]:
         "cohen_kappa_linear",
         "exact_agreement",
     )
+    named = any("benchmark" in r for r in rows)
     body = []
     for n, r in enumerate(rows, 1):
         need(r, ("judge", "reference"), where, n)
-        cells = [r["judge"], r["reference"]]
+        cells = [*([fmt(r.get("benchmark"))] if named else []), r["judge"], r["reference"]]
         for c in cols:
             v = r.get(c)
             lo, hi = r.get(f"{c}_ci_low"), r.get(f"{c}_ci_high")
@@ -73,10 +217,13 @@ def _agreement(rows: list[dict[str, Any]]) -> list[str]:
             cells.append(cell)
         body.append(cells)
     out = ["## Judge agreement", "", f"From {where} (95% intervals in brackets).", ""]
-    return out + table(["judge", "reference", *cols], body)
+    return out + table([*(["benchmark"] if named else []), "judge", "reference", *cols], body)
 
 
 def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
+    """The report's markdown and its figures, in this order: the headline (each benchmark's
+    systems ranked by its main metric), each benchmark's details with its figures (linked as
+    `report-fig<n>.png`, n counting the figures returned), judge agreement, lineage."""
     from pipeline.core import registry
 
     metrics = root / "metrics"
@@ -86,23 +233,59 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
             "no results of any benchmark: run `dvc repro` (or `dvc pull`) first",
             file=str(metrics / "<benchmark>.json"),
         )
+    agreement = None
+    if (metrics / "agreement.json").exists():
+        agreement = _document(metrics / "agreement.json")["rows"]
+        for n, r in enumerate(agreement, 1):
+            need(r, ("judge", "reference"), "metrics/agreement.json", n)
+    kappa = human_kappa(agreement or [])
     figs: list[tuple[str, bytes]] = []
-    lines = ["# lfbench report", ""]
-    lines += ["## Lineage", ""]
-    lines += table(["what", "value"], [[k, f"`{v}`"] for k, v in lineage(root, present).items()])
+    top: list[str] = []
+    details: list[str] = []
     for name in present:
         bench = registry.get(name)
+        title = bench.title or bench.name
         where = f"metrics/{name}.json"
-        section = bench.report_section(_document(root / where), where)
-        lines += [f"## {bench.title or bench.name}", "", *section.lines]
-        figs += section.figures
-    if (metrics / "agreement.json").exists():
-        lines += _agreement(_document(metrics / "agreement.json")["rows"])
+        doc = _document(root / where)
+        section = bench.report_section(doc, where)  # checks the rows the benchmark's way
+        if bench.metrics:  # the declared main metric (pipeline/core/results.py), with its way
+            main = bench.metrics[0]
+            top += headline(
+                name, title, doc["rows"], main.name, kappa, where, main.higher_is_better
+            )
+        elif bench.plotted:  # not declared yet: the first plotted, higher is better
+            top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
+        else:
+            top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
+        details += [f"## {title}", "", *section.lines]
+        for caption, png in section.figures:
+            figs.append((caption, png))
+            details += [f"![{caption}]({figure_name(len(figs))})", ""]
+    lines = ["# lfbench report", "", "## Headline", ""]
+    lines += [
+        "Per benchmark, the best rows by its main metric within each group that can be"
+        f" compared (one judge, one domain, ...; the {MAX_GROUPS} largest groups), with a 95%"
+        " interval where the metrics file has one. Judge kappa vs people: Cohen's kappa of the"
+        " judge against human labels, from metrics/agreement.json (- where not measured).",
+        "",
+    ]
+    lines += top
+    lines += details
+    if agreement is not None:
+        lines += _agreement(agreement)
+    lines += ["## Lineage", ""]
+    lines += table(["what", "value"], [[k, f"`{v}`"] for k, v in lineage(root, present).items()])
     return "\n".join(lines).rstrip() + "\n", figs
+
+
+def figure_name(n: int) -> str:
+    return f"report-fig{n}.png"
 
 
 _CODE = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*([^*]+)\*\*")
+_PIPE = re.compile(r"(?<!\\)\|")  # a cell boundary: a pipe not escaped as `\|`
+_IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)\s]+)\)$")
 
 
 def _inline(text: str) -> str:
@@ -111,8 +294,18 @@ def _inline(text: str) -> str:
     return _BOLD.sub(r"<b>\1</b>", t)
 
 
-def md_to_html(md: str) -> str:
-    """The markdown this module writes (headings, pipe tables, paragraphs) as HTML."""
+def _cells(line: str) -> list[str]:
+    r"""A pipe-table row's cells: split on unescaped `|` only, `\|` back to `|`."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    if inner.endswith("|") and not inner.endswith("\\|"):
+        inner = inner[:-1]
+    return [c.strip().replace("\\|", "|") for c in _PIPE.split(inner)]
+
+
+def md_to_html(md: str, images: dict[str, bytes] | None = None) -> str:
+    """The markdown this module writes (headings, pipe tables, paragraphs, images on a line of
+    their own) as HTML; an image whose name is in `images` is inlined."""
     out: list[str] = []
     lines = md.splitlines()
     i = 0
@@ -124,7 +317,7 @@ def md_to_html(md: str) -> str:
         elif line.startswith("|"):
             block = []
             while i < len(lines) and lines[i].startswith("|"):
-                block.append([c.strip() for c in lines[i].strip("|").split("|")])
+                block.append(_cells(lines[i]))
                 i += 1
             out.append("<table>")
             out.append("<tr>" + "".join(f"<th>{_inline(c)}</th>" for c in block[0]) + "</tr>")
@@ -132,10 +325,22 @@ def md_to_html(md: str) -> str:
                 out.append("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>")
             out.append("</table>")
             continue
+        elif m := _IMAGE.match(line):
+            caption, name = html.escape(m.group(1)), m.group(2)
+            png = (images or {}).get(name)
+            src = html.escape(name) if png is None else image_data(png)
+            out.append(
+                f'<figure><img alt="{caption}" src="{src}"><figcaption>{caption}</figcaption>'
+                "</figure>"
+            )
         elif line.strip():
             out.append(f"<p>{_inline(line)}</p>")
         i += 1
     return "\n".join(out)
+
+
+def image_data(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 _CSS = (
@@ -150,24 +355,14 @@ def build_report(root: Path, out_dir: Path, params_path: Path | None = None) -> 
     md, figs = build_markdown(root)
     out_dir = out_dir if out_dir.is_absolute() else root / out_dir
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    fig_md = ["## Plots", ""]
-    fig_html = ["<h2>Plots</h2>"]
-    for n, (caption, png) in enumerate(figs, 1):
-        name = f"report-fig{n}.png"
-        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
+    images = {figure_name(n): png for n, (_, png) in enumerate(figs, 1)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, png in images.items():
         (out_dir / name).write_bytes(png)
-        fig_md += [f"![{caption}]({name})", ""]
-        b64 = base64.b64encode(png).decode()
-        fig_html.append(
-            f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{b64}">'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-        )
-    atomic_write_text(md_path, md + "\n" + "\n".join(fig_md).rstrip() + "\n")
+    atomic_write_text(md_path, md)
     page = (
         '<!doctype html><html><head><meta charset="utf-8"><title>lfbench report</title>'
-        f"<style>{_CSS}</style></head><body>\n{md_to_html(md)}\n"
-        + "\n".join(fig_html)
-        + "\n</body></html>\n"
+        f"<style>{_CSS}</style></head><body>\n{md_to_html(md, images)}\n</body></html>\n"
     )
     atomic_write_text(html_path, page)
     for p in (md_path, html_path):

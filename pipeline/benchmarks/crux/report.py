@@ -340,6 +340,8 @@ def report_section(metrics: Mapping[str, Any], where: str) -> ReportSection:
     out = [f"Retrieval-context coverage from {where} ({metrics.get('source', '?')}).", ""]
     out += headline(rows)
     if taus:
+        out += ["Does the context predict the answer? Kendall tau-b, context metric against"
+                " answer metric (details in reports/crux.md).", ""]  # fmt: skip
         out += tau_table(taus)
     return ReportSection(
         out, [(f"CRUX ({where})", png)] if (png := figures(rows, taus).get(PLOT)) else []

@@ -88,6 +88,22 @@ def plot_png(row: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
+def _with_breakdowns(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with `kpr_by_domain` / `kpr_by_category` (what the plot reads) taken from the
+    aggregate's `by_domain` / `by_category`; a group without a KPR (every question excluded)
+    has no bar."""
+    out = dict(row)
+    for dim in ("domain", "category"):
+        groups = row.get(f"by_{dim}")
+        if f"kpr_by_{dim}" not in row and isinstance(groups, dict):
+            out[f"kpr_by_{dim}"] = {
+                g: v["kpr"]
+                for g, v in groups.items()
+                if isinstance(v, dict) and v.get("kpr") is not None
+            }
+    return out
+
+
 def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     """Long²RAG's part of `lfbench report`: the KPR table and the breakdown plot."""
     from pipeline.benchmarks.long2rag.plots import kpr_breakdown
@@ -108,8 +124,12 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     out = [f"Key Point Recall from {where}.", ""]
     out += table(["system", "setting", "judge", "KPR", "questions", "key points"], body)
     figs: list[tuple[str, bytes]] = []
+    judges = list(dict.fromkeys(str(r["judge"]) for r in rows))
     try:
-        figs.append(("Long²RAG KPR by domain and category", kpr_breakdown(rows)))
+        for judge in judges:  # one figure per judge: its bars comparable, its colours few
+            plotted = [_with_breakdowns(r) for r in rows if str(r["judge"]) == judge]
+            title = f"Long²RAG KPR by domain and category, judge {judge}"
+            figs.append((title, kpr_breakdown(plotted, title)))
     except ValueError as e:  # rows without breakdowns: the table stands alone
         out += [f"(no breakdown plot: {e})", ""]
     return ReportSection(out, figs)

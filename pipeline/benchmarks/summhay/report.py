@@ -76,13 +76,19 @@ def paper_sections(
     sections: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         sections[(_where(r), r["judge"], r["mode"])].append(r)
-    for (domain, judge, mode), srows in sorted(sections.items()):
+    for (domain, judge, mode), srows in sorted(sections.items(), key=_released_first):
         out += _section(domain, judge, mode, srows)
     out += length_section(rows)
     if length_views(rows):
         out += [f"![Joint by haystack length]({LENGTH_PLOT})", ""]
     out += derived_section(derived)
     return out
+
+
+def _released_first(view: tuple[tuple[str, str, str], Any]) -> tuple[bool, str, str, str]:
+    """Views of the released haystacks first (the paper's), then the derived collections."""
+    domain, judge, mode = view[0]
+    return ("@" in domain, domain, judge, mode)
 
 
 def length_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -103,9 +109,8 @@ def length_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         " recombined from the released documents: shorter ones keep a subset of the topic's"
         " documents, longer ones add documents of the other topics of the domain.",
         "",
-        "| Domain | Judge | Mode | Summarizer | Setting | " + " | ".join(lengths) + " |",
-        "|---" * (5 + len(lengths)) + "|",
     ]
+    body = []
     for k in keys:
         vals = []
         for c in lengths:
@@ -115,40 +120,32 @@ def length_section(rows: Sequence[dict[str, Any]]) -> list[str]:
                 if r is None
                 else f"{_fmt(r['joint'])} ({_fmt(r['coverage'])} / {_fmt(r['citation'])})"
             )
-        out.append("| " + " | ".join([*k, *vals]) + " |")
-    out.append("")
-    return out
+        body.append([*k, *vals])
+    return out + table(["Domain", "Judge", "Mode", "Summarizer", "Setting", *lengths], body)
 
 
 def derived_section(derived: Sequence[dict[str, Any]]) -> list[str]:
     if not derived:
         return []
-    out = [
-        "## Derived haystacks",
-        "",
-        "| Haystack | Kind | Documents | Tokens | Subtopics | Insights | Made of | Recipe |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for d in derived:
-        out.append(
-            f"| {d['haystack']} | {d['kind']} | {d['documents']} | {d['tokens']} |"
-            f" {d['subtopics']} | {d['insights']} | {', '.join(d['sources']) or '-'} |"
-            f" `{d['recipe_sha'][:12]}` |"
-        )
-    out.append("")
+    out = ["## Derived haystacks", ""]
+    out += table(
+        ["Haystack", "Kind", "Documents", "Tokens", "Subtopics", "Insights", "Made of", "Recipe"],
+        [
+            [d["haystack"], d["kind"], d["documents"], d["tokens"], d["subtopics"],
+             d["insights"], ", ".join(d["sources"]) or "-", f"`{d['recipe_sha'][:12]}`"]
+            for d in derived
+        ],
+    )  # fmt: skip
     synth = [d for d in derived if d["kind"] == "synthesized"]
     if synth:
         keys = [
             k for k in synth[0]["figures"] if not isinstance(synth[0]["figures"][k], list | dict)
         ]
         out += ["### Synthesis: checks, rewrites and residual failures", ""]
-        out.append("| Figure | " + " | ".join(d["haystack"] for d in synth) + " |")
-        out.append("|---" * (1 + len(synth)) + "|")
-        for k in keys:
-            out.append(
-                f"| {k} | " + " | ".join(str(d["figures"].get(k, "-")) for d in synth) + " |"
-            )
-        out.append("")
+        out += table(
+            ["Figure", *(d["haystack"] for d in synth)],
+            [[k, *(d["figures"].get(k, "-") for d in synth)] for k in keys],
+        )
     return out
 
 
@@ -164,45 +161,38 @@ def _section(domain: str, judge: str, mode: str, rows: list[dict[str, Any]]) -> 
         for metric in ("coverage", "citation", "joint"):
             out.append(f"**{metric.capitalize()}**")
             out.append("")
-            header = "| Summarizer | " + " | ".join(labels) + " |"
-            extra = " #W_b |" if metric == "joint" else ""
-            out.append(header + extra)
-            out.append("|---" * (len(labels) + 1 + (1 if extra else 0)) + "|")
+            joint = metric == "joint"
+            body = []
             for system in systems:
                 vals = [
                     _fmt(cell[(system, s)][metric]) if (system, s) in cell else "-"
                     for s in settings
                 ]
-                line = f"| {system} | " + " | ".join(vals) + " |"
-                if extra:
+                if joint:
                     wpb = [
                         (r["words_per_bullet"], r["n_scored"])
                         for r in rows
                         if r["system"] == system and r["words_per_bullet"] is not None
                     ]
                     total = sum(n for _, n in wpb)
-                    line += f" {_fmt(sum(w * n for w, n in wpb) / total) if total else '-'} |"
-                out.append(line)
-            out.append("")
+                    vals.append(_fmt(sum(w * n for w, n in wpb) / total) if total else "-")
+                body.append([system, *vals])
+            out += table(["Summarizer", *labels, *(["#W_b"] if joint else [])], body)
     pos = [s for s in systems if (s, "full-sort") in cell or (s, "full-rev-sort") in cell]
     if pos:
-        out += [
-            "### Table 3 layout: Joint by document order, full context",
-            "",
-            "| Summarizer | Top | Bottom | Middle | Random | Sensitivity |",
-            "|---|---|---|---|---|---|",
-        ]
+        out += ["### Table 3 layout: Joint by document order, full context", ""]
+        body = []
         for system in pos:
             cells = {
                 s: cell[(system, s)]["joint"] if (system, s) in cell else None
                 for s in ("full-sort", "full-rev-sort", "full-middle", "full")
             }
-            out.append(
-                f"| {system} | {_fmt(cells['full-sort'])} | {_fmt(cells['full-rev-sort'])} | "
-                f"{_fmt(cells['full-middle'])} | {_fmt(cells['full'])} | "
-                f"{_fmt(position_sensitivity(cells))} |"
-            )
-        out.append("")
+            body.append(
+                [system, _fmt(cells["full-sort"]), _fmt(cells["full-rev-sort"]),
+                 _fmt(cells["full-middle"]), _fmt(cells["full"]),
+                 _fmt(position_sensitivity(cells))]
+            )  # fmt: skip
+        out += table(["Summarizer", "Top", "Bottom", "Middle", "Random", "Sensitivity"], body)
     out += _problems_and_cost(rows)
     if "@" not in domain:  # the paper scored the released haystacks only
         out += _paper_comparison(cell)
@@ -216,22 +206,17 @@ def _problems_and_cost(rows: list[dict[str, Any]]) -> list[str]:
     shown = [r for r in rows if any(r.get(k) for k in keys) or r.get("cost_usd")]
     if not shown:
         return []
-    out = [
-        "### Invalid judgements, failures and cost",
-        "",
-        "| Summarizer | Setting | Summaries | Invalid judgements | Failed generations"
-        " | Failed judgements | Cut for length | Tokens in | Tokens out | Cost (USD) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in sorted(shown, key=lambda r: (r["system"], r["setting"])):
-        out.append(
-            f"| {r['system']} | {r['setting']} | {r['n_scored']} | {r['n_invalid_verdicts']}"
-            f" | {r['n_failed_generations']} | {r['n_failed_judgements']}"
-            f" | {r.get('n_truncated', 0)} | {r['input_tokens']}"
-            f" | {r['output_tokens']} | {r['cost_usd']:.4f} |"
-        )
-    out.append("")
-    return out
+    out = ["### Invalid judgements, failures and cost", ""]
+    return out + table(
+        ["Summarizer", "Setting", "Summaries", "Invalid judgements", "Failed generations",
+         "Failed judgements", "Cut for length", "Tokens in", "Tokens out", "Cost (USD)"],
+        [
+            [r["system"], r["setting"], r["n_scored"], r["n_invalid_verdicts"],
+             r["n_failed_generations"], r["n_failed_judgements"], r.get("n_truncated", 0),
+             r["input_tokens"], r["output_tokens"], f"{r['cost_usd']:.4f}"]
+            for r in sorted(shown, key=lambda r: (r["system"], r["setting"]))
+        ],
+    )  # fmt: skip
 
 
 def _paper_comparison(cell: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
@@ -265,8 +250,13 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     for n, r in enumerate(rows, 1):
         need(r, ROW_KEYS, where, n)
     body = render(rows, f"{len(rows)} result rows from {where}.")
-    # demote the benchmark report's headings one level under the report's section
-    out = [("#" + x if x.startswith("#") else x) for x in body.splitlines()[1:]]
+    # demote the benchmark report's headings one level under the report's section; its image
+    # links name files beside reports/summhay.md: the figures come with the section instead
+    out = [
+        ("#" + x if x.startswith("#") else x)
+        for x in body.splitlines()[1:]
+        if not x.startswith("![")
+    ]
     out.append("")
     judges = sorted({(r["judge"], r["model"]) for r in rows})
     cost: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -288,7 +278,7 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     views: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         views[(_where(r), r["judge"], r["mode"])].append(r)
-    for (domain, judge, mode), vrows in sorted(views.items()):
+    for (domain, judge, mode), vrows in sorted(views.items(), key=_released_first):
         png = plots.position_sensitivity(
             vrows, f"SummHay position sensitivity ({domain}, {judge}, {mode})"
         )
@@ -304,7 +294,7 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
             title = f"SummHay {best['system']} ({domain}, judge {judge}, {mode})"
             figs.append(
                 (
-                    f"Joint by setting, best system {best['system']}",
+                    f"Joint by setting, best system {best['system']} ({domain} / {judge} / {mode})",
                     plots.joint_by_setting(sys_rows, title),
                 )
             )
