@@ -553,6 +553,12 @@ class Benchmark(ABC, Generic[P, D, I]):
     def items(self, dataset: Sequence[D]) -> dict[str, I]:
         """The dataset's items by item id (what generations answer and judges check)."""
 
+    def restrict(self, dataset: Sequence[D], keep: set[str]) -> list[D]:
+        """The dataset cut to the items in `keep` (a model's own slice). By default the records
+        are the items (each with an `item_id`); a benchmark whose records hold several items
+        (SummHay's haystacks, CRUX's collections) cuts inside them."""
+        return [r for r in dataset if getattr(r, "item_id", None) in keep]
+
     # ---- generate
 
     @abstractmethod
@@ -682,8 +688,12 @@ class Benchmark(ABC, Generic[P, D, I]):
             unjudged=self.unjudged,
             failed_keys=lambda item, g: self.failed_keys(ctx, item, g),
         )
+        models = getattr(getattr(ctx, "params", None), "models", {})
         for row in scoring.rows:
             self.row_extra(ctx, row, scoring.items[row.key])
+            cut = getattr(models.get(row.model), "slice", {}).get(self.name)
+            if cut is not None:  # the model's own slice: say which items the row covers
+                row.extra["slice"] = cut.describe()
         return sorted(scoring.rows, key=self.row_order), scoring.items
 
     def aggregated(

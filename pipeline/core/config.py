@@ -14,7 +14,7 @@ DVC dependencies cover); `load_params(path)` validates everything (`lfbench chec
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -78,6 +78,27 @@ class PublishedModel(Strict):
     )
 
 
+class Slice(Strict):
+    """The items of a benchmark one model runs on (its own slice; the benchmark's other models
+    keep their data): `items` names item ids, or the part of an id before a `/` (a SummHay
+    haystack: `news1`), then `first` keeps the first N in dataset order. Empty: every item."""
+
+    items: list[str] | None = Field(default=None, min_length=1)
+    first: int | None = Field(default=None, ge=1)
+
+    def select(self, ids: Sequence[str]) -> list[str]:
+        """The ids of `ids` (in order) this slice keeps."""
+        wanted = set(self.items or ())
+        kept = [i for i in ids if not wanted or i in wanted or i.split("/", 1)[0] in wanted]
+        return kept[: self.first] if self.first is not None else kept
+
+    def describe(self) -> str:
+        parts = [",".join(self.items)] if self.items else []
+        if self.first is not None:
+            parts.append(f"first {self.first}")
+        return " ".join(parts) or "all"
+
+
 class OpenAIModel(EndpointConfig):
     """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp, a LiteLLM proxy).
 
@@ -103,6 +124,15 @@ class OpenAIModel(EndpointConfig):
     )
     retry_max_tokens: int | None = Field(
         default=None, ge=1, description="the budget of a retry (default: twice max_tokens)"
+    )
+    slice: dict[str, Slice] = Field(
+        default_factory=dict,
+        description="per benchmark, the items this model runs on (default: every item)",
+    )
+    length_study: bool = Field(
+        default=False,
+        description="also run on a benchmark's recombined haystacks of other lengths (SummHay's"
+        " length study: 8 more haystacks by default); off for a model that costs calls",
     )
 
     def endpoint(self) -> EndpointConfig:
@@ -132,6 +162,11 @@ class BaselineModel(Strict):
         default=None,
         min_length=1,
         description="the context settings to run (checked by the benchmark; default: its default)",
+    )
+    length_study: bool = Field(
+        default=True,
+        description="also run on a benchmark's recombined haystacks of other lengths (SummHay's"
+        " length study; a baseline costs nothing, so on by default)",
     )
     bullets: int | None = Field(
         default=None, ge=1, description="sentences per answer (default: the benchmark decides)"
@@ -491,8 +526,28 @@ def validate_params(
     params = params.model_copy(update={"models": models, "judges": judges})
     for name, section in sections.items():
         _check_section(registry.get(name), section, params, path)
+    if benchmarks is None:
+        _check_slices(params, sections, path)
     params._sections.update(sections)
     return params
+
+
+def _check_slices(
+    params: Params, sections: Mapping[str, BenchmarkParams], path: Path | str
+) -> None:
+    """A model's slice names benchmarks that run it."""
+    for entry, spec in params.models.items():
+        for bench in getattr(spec, "slice", {}) or {}:
+            if bench not in sections:
+                raise _problem(
+                    path, f"models.{entry}.slice.{bench}", f"no benchmark section {bench!r}"
+                )
+            if entry not in sections[bench].models:
+                raise _problem(
+                    path,
+                    f"models.{entry}.slice.{bench}",
+                    f"{bench}.models does not list {entry!r}: the slice would never be used",
+                )
 
 
 def _provider_of(cls: type[BaseModel]) -> str:

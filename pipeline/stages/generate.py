@@ -8,11 +8,14 @@ baseline, a replayed release, a benchmark's own) answers without a model call.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Planned
-from pipeline.core.config import OpenAIModel, Params
+from pipeline.core.config import OpenAIModel, Params, Slice
+from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_jsonl
 from pipeline.core.records import Generation, Usage
 from pipeline.core.types import ChatResult, UsageReport
@@ -89,6 +92,29 @@ def record(
     )
 
 
+def sliced(
+    bench: AnyBenchmark, dataset: Sequence[Any], cut: Slice, model: str, where: str
+) -> list[Any]:
+    """The dataset cut to a model's own slice (`models.<model>.slice.<benchmark>`)."""
+    ids = list(bench.items(dataset))
+    keep = set(cut.select(ids))
+    if not keep:
+        raise ConfigError(
+            f"models.{model}.slice.{bench.name} ({cut.describe()}) selects no item of {where}"
+            f" ({len(ids)} items, e.g. {', '.join(ids[:3])})"
+        )
+    out = bench.restrict(dataset, keep)
+    log.info(
+        "%s: %s's slice (%s): %d of %d items",
+        bench.name,
+        model,
+        cut.describe(),
+        len(keep),
+        len(ids),
+    )
+    return out
+
+
 def generate(
     bench: AnyBenchmark,
     params: Params,
@@ -103,6 +129,8 @@ def generate(
     ctx = context(bench, params, root, data_dir)
     dataset = read_dataset(bench, dataset_path)
     report: UsageReport
+    if isinstance(spec, OpenAIModel) and bench.name in spec.slice:
+        dataset = sliced(bench, dataset, spec.slice[bench.name], model, str(dataset_path))
     if isinstance(spec, OpenAIModel):
         endpoint = spec.endpoint()
         resolve_api_key(endpoint, f"models.{model}")

@@ -95,6 +95,33 @@ def derived_table(dataset: Sequence[Haystack]) -> list[dict[str, Any]]:
 Ctx = Context[SummhayParams]
 
 
+def studied(
+    model: str, spec: OpenAIModel | BaselineModel, dataset: Sequence[Haystack]
+) -> list[Haystack]:
+    """The haystacks a model runs on: the length study's recombined haystacks only when its
+    entry opts in (`length_study`: on for baselines, off for models that cost calls). Every
+    released retriever one of its settings needs must have scores in every subtopic (checked
+    here, by the model's own stage, so that construction does not depend on model entries)."""
+    out = [
+        h
+        for h in dataset
+        if spec.length_study or h.derived is None or h.derived.kind != "recombined"
+    ]
+    needed = [s for s in settings_of(spec) if s in RELEASED_RETRIEVERS]
+    for h in out:
+        for sub in h.subtopics:
+            for setting in needed:
+                if setting not in sub.retriever_scores:
+                    raise DataError(
+                        f"no scores of the released retriever {RELEASED_NAME[setting]!r},"
+                        f" which setting {setting} of models.{model} needs",
+                        file=h.source_file,
+                        item=sub.item_id,
+                        field=f"retriever.{RELEASED_NAME[setting]}",
+                    )
+    return out
+
+
 class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     name = "summhay"
     plotted = ("joint", "coverage", "citation")
@@ -120,18 +147,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
 
     # ---- construct
 
-    def needed_retrievers(self, ctx: Ctx) -> dict[str, str]:
-        """Released retrievers whose scores a listed model's setting needs: retriever -> the
-        entry that needs it."""
-        out: dict[str, str] = {}
-        for m in ctx.section.models:
-            spec = ctx.params.models[m]
-            if isinstance(spec, OpenAIModel | BaselineModel):
-                for s in settings_of(spec):
-                    if s in RELEASED_RETRIEVERS:
-                        out.setdefault(s, m)
-        return out
-
     def construction_llm(self, section: SummhayParams) -> str | None:
         return section.synthesis.llm if section.synthesis.haystacks else None
 
@@ -139,7 +154,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
         """The released haystacks, validated and normalised; then the length study's
         recombined haystacks (`summhay.lengths`) and the synthesized ones (`summhay.synthesis`)."""
         section = ctx.section
-        needed = self.needed_retrievers(ctx)
         raws: dict[str, RawHaystack] = {}
 
         def raw_of(hid: str) -> RawHaystack:
@@ -150,19 +164,7 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
 
         hays = []
         for hid in section.haystacks:
-            path = posixpath.join(ctx.data_dir, haystack_file(hid))
             raw = raw_of(hid)
-            for si, sub in enumerate(raw.subtopics):
-                have = {RELEASED_SETTINGS.get(k, k) for k in sub.retriever}
-                for setting, model in needed.items():
-                    if setting not in have:
-                        raise DataError(
-                            f"no scores of the released retriever {RELEASED_NAME[setting]!r},"
-                            f" which setting {setting} of models.{model} needs",
-                            file=path,
-                            item=f"subtopic {sub.subtopic_id!r} (subtopics[{si}])",
-                            field=f"retriever.{RELEASED_NAME[setting]}",
-                        )
             hay = normalise(hid, raw, source_file=haystack_file(hid))
             if section.subtopics is not None:
                 hay = hay.model_copy(update={"subtopics": hay.subtopics[: section.subtopics]})
@@ -252,11 +254,20 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     def items(self, dataset: Sequence[Haystack]) -> dict[str, Subtopic]:
         return {s.item_id: s for h in dataset for s in h.subtopics}
 
+    def restrict(self, dataset: Sequence[Haystack], keep: set[str]) -> list[Haystack]:
+        out = []
+        for h in dataset:
+            subs = [s for s in h.subtopics if s.item_id in keep]
+            if subs:
+                out.append(h.model_copy(update={"subtopics": subs}))
+        return out
+
     # ---- generate
 
     def plan_generations(
         self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Haystack]
     ) -> list[Planned]:
+        dataset = studied(model, spec, dataset)
         return generation.plan(ctx.section, ctx.params.seed, model, spec, dataset, ctx.prompts)
 
     def offline_generations(
@@ -266,7 +277,7 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
             return list(published.generations(model, spec, ctx.inputs, ctx.data_dir, dataset))
         if isinstance(spec, BaselineModel):
             return generation.baseline_generations(
-                ctx.section, ctx.params.seed, model, spec, dataset
+                ctx.section, ctx.params.seed, model, spec, studied(model, spec, dataset)
             )
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run summhay")
 
