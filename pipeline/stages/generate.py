@@ -92,6 +92,25 @@ def record(
     )
 
 
+def warn_local_model_traps(stage: str, planned: Sequence[Planned], gens: list[Generation]) -> None:
+    """Record each answer's copy rate (`meta.copy_rate`: the share of it copied word for word
+    from its prompt) and warn once when the answers are mostly empty or mostly copied."""
+    from pipeline.metrics.copying import copy_rate, local_model_traps
+
+    rates = []
+    for i, (p, g) in enumerate(zip(planned, gens, strict=True)):
+        if g.status != "ok" or not g.text:
+            continue
+        prompt = "\n".join(str(m.get("content", "")) for m in p.request.messages)
+        rate = copy_rate(g.text, prompt)
+        if rate is not None:
+            rates.append(rate)
+            gens[i] = g.model_copy(update={"meta": {**g.meta, "copy_rate": round(rate, 4)}})
+    empty = sum(1 for g in gens if g.status != "ok" and g.error == "empty answer")
+    for warning in local_model_traps(len(gens), empty, rates):
+        log.warning("%s: %s", stage, warning)
+
+
 def sliced(
     bench: AnyBenchmark, dataset: Sequence[Any], cut: Slice, model: str, where: str
 ) -> list[Any]:
@@ -164,6 +183,7 @@ def generate(
             record(bench.name, model, spec, p, r, firsts.get(i))
             for i, (p, r) in enumerate(zip(planned, results, strict=True))
         ]
+        warn_local_model_traps(stage, planned, gens)
         truncated = [g for g in gens if g.meta.get("truncated")]
         report = report.model_copy(update={"truncated": len(truncated)})
         if truncated:
