@@ -53,6 +53,7 @@ from pipeline.core.results import (
     Outcome,
     ResultRow,
     RowKey,
+    interval,
     item_record,
     score_rows,
 )
@@ -689,7 +690,11 @@ class Benchmark(ABC, Generic[P, D, I]):
             failed_keys=lambda item, g: self.failed_keys(ctx, item, g),
         )
         models = getattr(getattr(ctx, "params", None), "models", {})
+        seed = getattr(getattr(ctx, "params", None), "seed", 0)
+        main = self.metrics[0]
         for row in scoring.rows:
+            low, high = interval(main, scoring.items[row.key], seed)
+            row.metrics[f"{main.name}_ci_low"], row.metrics[f"{main.name}_ci_high"] = low, high
             self.row_extra(ctx, row, scoring.items[row.key])
             cut = getattr(models.get(row.model), "slice", {}).get(self.name)
             if cut is not None:  # the model's own slice: say which items the row covers

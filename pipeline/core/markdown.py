@@ -37,6 +37,16 @@ def need(row: Mapping[str, Any], keys: Sequence[str], where: str, n: int) -> Non
             raise DataError("row without this field", file=where, item=f"row {n}", field=k)
 
 
+def _cell(row: Mapping[str, Any], metric: Any, main: bool) -> str:
+    """A metric's cell: its value, and for the main metric its interval when the row has one."""
+    nd = 3 if metric.digits is None else min(metric.digits, 3)
+    cell = fmt(row.get(metric.name), nd)
+    lo, hi = row.get(f"{metric.name}_ci_low"), row.get(f"{metric.name}_ci_high")
+    if main and lo is not None and hi is not None:
+        cell += f" [{fmt(lo, nd)}, {fmt(hi, nd)}]"
+    return cell
+
+
 def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The generic results table of a benchmark's rows (flat, as in its metrics file): who, each
     declared metric (`pipeline.core.results.Metric`) with its direction, and the counters."""
@@ -65,7 +75,7 @@ def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> 
         [
             *(r.get(k) for k in keys),
             *(r.get(k) for k in extra),
-            *(fmt(r.get(m.name), 3 if m.digits is None else min(m.digits, 3)) for m in shown),
+            *(_cell(r, m, n == 0) for n, m in enumerate(shown)),
             *(r.get(c, 0) for c in (*counters, *left)),
         ]
         for r in rows

@@ -209,6 +209,33 @@ def breakdown(
     return {g: {metric.name: pool(metric, groups[g]), "n_scored": len(groups[g])} for g in names}
 
 
+CI_RESAMPLES = 1000  # resamples of a row's interval (the main metric's, 95%, over items)
+
+
+def interval(
+    metric: Metric, scores: Sequence[ItemScore], seed: int = 0, resamples: int = CI_RESAMPLES
+) -> tuple[float | None, float | None]:
+    """The 95% percentile bootstrap interval of the metric over the row's items (items drawn
+    with replacement by numpy's PCG64 from `seed`; a ratio metric resampled as the ratio of the
+    resampled sums). None when fewer than two items define it."""
+    import numpy as np
+
+    parts = [p for s in scores if (p := item_parts(metric, s)) is not None]
+    if len(parts) < 2:
+        return None, None
+    num = np.asarray([p[0] for p in parts], dtype=np.float64)
+    den = np.asarray([p[1] for p in parts], dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, len(parts), size=(resamples, len(parts)))
+    sums = den[idx].sum(axis=1)
+    ok = sums > 0
+    if not ok.any():
+        return None, None
+    values = metric.scale * num[idx].sum(axis=1)[ok] / sums[ok]
+    low, high = (float(v) for v in np.percentile(values, [2.5, 97.5]))
+    digits = metric.digits
+    return (low, high) if digits is None else (round(low, digits), round(high, digits))
+
+
 def item_parts(metric: Metric, score: ItemScore) -> tuple[float, float] | None:
     """(numerator, denominator) of one item for the paired bootstrap: a `mean` metric is the
     ratio of summed values over the count of items defining it."""

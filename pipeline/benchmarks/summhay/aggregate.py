@@ -36,6 +36,7 @@ from pipeline.core.results import (
     Scored,
     Spend,
     combine,
+    interval,
 )
 from pipeline.data.haystacks import Haystack, Subtopic
 
@@ -182,7 +183,7 @@ def haystacks(
 
 
 def with_all_domains(
-    rows: Sequence[ResultRow], scores: Mapping[RowKey, Sequence[ItemScore]]
+    rows: Sequence[ResultRow], scores: Mapping[RowKey, Sequence[ItemScore]], seed: int = 0
 ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
     """The rows plus, for every (model, system, setting, judge, collection, mode) scored in
     more than one domain, a row pooling them (domain `all`)."""
@@ -196,6 +197,8 @@ def with_all_domains(
         if len({r.keys["domain"] for r in group}) > 1:
             parts = sorted(group, key=lambda r: r.keys["domain"])
             row, joined = combine(METRICS, parts, [scores[r.key] for r in parts], domain=ALL)
+            low, high = interval(METRICS[0], joined, seed)
+            row.metrics |= {f"{METRICS[0].name}_ci_low": low, f"{METRICS[0].name}_ci_high": high}
             row_extra(row, joined)
             row.extra["haystacks"] = ",".join(
                 sorted({h for r in parts for h in r.extra["haystacks"].split(",") if h})

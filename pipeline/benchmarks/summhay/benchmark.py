@@ -353,7 +353,7 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
         for r in rows:
             where = (r.model, r.system, r.setting, r.keys["domain"], r.keys["collection"])
             r.extra["haystacks"] = ",".join(sorted(hays.get(where, ())))
-        rows, scores = agg.with_all_domains(rows, scores)
+        rows, scores = agg.with_all_domains(rows, scores, ctx.params.seed)
         rows = sorted(rows, key=self.row_order)
         domains = sorted({h.domain for h in dataset})
         note = (
