@@ -27,6 +27,8 @@ from pipeline.core.io import (
     write_json,
 )
 from pipeline.stages.common import (
+    STAGE_USAGE_KEYS,
+    StageUsage,
     collect_usage,
     common_tags,
     construct_stage,
@@ -138,8 +140,11 @@ def aggregate(
     if bench.plotted:
         write_json(points_path(report_path, bench.name), plot_points(bench.plotted, result.runs))
     log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
+    usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)
+    per_model = model_summary(bench, result.metrics.get("rows", []), usage, section.judges)
+    if per_model:
+        log.info("%s per model:\n%s", bench.name, "\n".join(summary_lines(per_model)))
     if track:
-        usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)
         shas = prompt_shas(runs, params)
         kappas = kappa_vs_human(agreement_path)
         digest = file_digest(dataset_path)
@@ -178,6 +183,82 @@ def aggregate(
         report = sync(bench.name, specs, root)
         log_sync(bench.name, report)
     return result.runs
+
+
+def model_summary(
+    bench: AnyBenchmark,
+    rows: Sequence[Mapping[str, Any]],
+    usage: StageUsage,
+    judges: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Per model entry: its best row by the main metric (with its interval), its items, and
+    what its generate and judge stages spent (tokens, dollars, wall time, seconds per request,
+    from their usage files). Wall time is run state: this goes to the log and the report, never
+    into a metrics file."""
+    if not bench.metrics:
+        return []
+    main = bench.metrics[0]
+    out = []
+    for model in dict.fromkeys(str(r["model"]) for r in rows):
+        mine = [r for r in rows if r["model"] == model and r.get(main.name) is not None]
+        best = (max if main.higher_is_better else min)(
+            mine, key=lambda r: r[main.name], default=None
+        )
+        stages = [usage.get(("generate", model, ""), {})]
+        stages += [usage.get(("judge", model, j), {}) for j in judges]
+        total = {k: sum(u.get(k, 0.0) for u in stages) for k in STAGE_USAGE_KEYS}
+        out.append(
+            {
+                "model": model,
+                "metric": main.name,
+                "best": None if best is None else best[main.name],
+                "ci_low": None if best is None else best.get(f"{main.name}_ci_low"),
+                "ci_high": None if best is None else best.get(f"{main.name}_ci_high"),
+                "best_row": None
+                if best is None
+                else " / ".join(str(best[k]) for k in ("system", "setting", "judge")),
+                "rows": sum(1 for r in rows if r["model"] == model),
+                "items": sum(int(r.get("n_items", 0)) for r in rows if r["model"] == model),
+                "requests": int(total["requests_sent"]),
+                "input_tokens": int(total["input_tokens"]),
+                "output_tokens": int(total["output_tokens"]),
+                "cost_usd": round(total["cost_usd"], 4),
+                "wall_s": round(total["wall_s"], 1),
+                "s_per_request": round(total["wall_s"] / total["requests_sent"], 2)
+                if total["requests_sent"]
+                else None,
+            }
+        )
+    return out
+
+
+def summary_lines(summary: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The per-model summary as a markdown table."""
+    from pipeline.core.markdown import fmt, table
+
+    body = [
+        [
+            s["model"],
+            f"{s['metric']} {fmt(s['best'], 3)}"
+            + (
+                f" [{fmt(s['ci_low'], 3)}, {fmt(s['ci_high'], 3)}]"
+                if s["ci_low"] is not None
+                else ""
+            ),
+            s["best_row"] or "-",
+            s["rows"],
+            s["items"],
+            s["requests"],
+            f"{s['input_tokens']:,} / {s['output_tokens']:,}",
+            f"{s['cost_usd']:.4f}",
+            fmt(s["wall_s"], 1),
+            fmt(s["s_per_request"], 2),
+        ]
+        for s in summary
+    ]
+    head = ["model", "best (95% CI)", "best row", "rows", "items", "requests",
+            "tokens in / out", "USD", "wall s", "s / request"]  # fmt: skip
+    return table(head, body)
 
 
 def log_sync(experiment: str, report: SyncReport) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import atomic_write_text, file_digest
 from pipeline.core.lineage import dvc_file_md5, git_info
 from pipeline.core.markdown import fmt, need, table
@@ -257,7 +257,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
             top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
-        details += [f"## {title}", "", *section.lines]
+        details += [f"## {title}", "", *_models(root, bench, doc["rows"]), *section.lines]
         for caption, png in section.figures:
             figs.append((caption, png))
             details += [f"![{caption}]({figure_name(len(figs))})", ""]
@@ -276,6 +276,32 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     lines += ["## Lineage", ""]
     lines += table(["what", "value"], [[k, f"`{v}`"] for k, v in lineage(root, present).items()])
     return "\n".join(lines).rstrip() + "\n", figs
+
+
+def _models(root: Path, bench: Any, rows: list[dict[str, Any]]) -> list[str]:
+    """The benchmark's per-model summary (best row with its interval, items, what its stages
+    spent), when the stages' usage files are in the workspace."""
+    from pipeline.core.config import load_params
+    from pipeline.stages.aggregate import model_summary, summary_lines
+    from pipeline.stages.common import collect_usage
+
+    params_path = root / "params.yaml"
+    if not bench.metrics or not params_path.exists():
+        return []
+    try:
+        section = load_params(params_path, [bench.name]).section(bench.name, bench.params_model)
+    except LfbenchError:
+        return []  # params that no longer validate: the rows stand without the summary
+    usage = collect_usage(
+        section.models,
+        section.judges,
+        root / "generations" / bench.name,
+        root / "judgements" / bench.name,
+    )
+    found = model_summary(bench, rows, usage, section.judges)
+    if not found:
+        return []
+    return ["### Models", "", *summary_lines(found)]
 
 
 def figure_name(n: int) -> str:
