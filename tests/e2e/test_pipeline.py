@@ -477,3 +477,113 @@ def test_dvc_plots_show_the_headline_figures(repro: tuple[Path, str]) -> None:
         (img,) = data[f"reports/{png}.png"]
         assert img["type"] == "image"
         assert Path(img["url"]).read_bytes() == (proj / "reports" / f"{png}.png").read_bytes()
+
+
+def _current_ids(proj: Path, experiment: str) -> dict[str, str]:
+    """row key -> run id of the experiment's current runs."""
+    client = _client(proj)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string="tags.`lfbench.current` = 'true'", max_results=1000
+    )
+    return {r.data.tags["lfbench.row_key"]: r.info.run_id for r in runs}
+
+
+def _rows_by_key(proj: Path, benchmark: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    rows = json.loads((proj / "metrics" / f"{benchmark}.json").read_text())["rows"]
+    ident = ("domain", "collection", "mode", "system", "setting", "judge", "model")
+    return {tuple(str(r.get(k)) for k in ident): r for r in rows}
+
+
+def test_own_models_on_their_own_slices(repro: tuple[Path, str]) -> None:
+    """Issue 25, as a user would: two models behind an OpenAI-compatible server, each on its own
+    slice (one SummHay subtopic, two Long²RAG questions), beside the published and baseline rows;
+    then one model's temperature changed, then one removed."""
+    from pipeline.testing.server import TestServer
+
+    proj, _ = repro
+    before = {b: _rows_by_key(proj, b) for b in ("summhay", "long2rag")}
+    ids_before = {b: _current_ids(proj, b) for b in ("summhay", "long2rag")}
+    with TestServer(log_path=proj / "server.log", cwd=proj) as srv:
+
+        def add(params: dict[str, Any]) -> None:
+            for name in ("mine-a", "mine-b"):
+                params["models"][name] = {
+                    "provider": "openai",
+                    "base_url": srv.base_url,
+                    "model": name,
+                    "api_key_env": None,
+                    "settings": ["oracle"],
+                    "max_tokens": 64,
+                    "slice": {
+                        "summhay": {"items": ["news1"], "first": 1},
+                        "long2rag": {"first": 2},
+                    },
+                }
+                params["summhay"]["models"].append(name)
+                params["long2rag"]["models"].append(name)
+            params["summhay"]["judges"].append("local")  # judges any model, offline
+
+        _edit_params(proj, add)
+        out = run(["dvc", "repro"], proj)
+        ran = set(_ran(out.stdout))
+        assert "summhay-construct" not in ran and "long2rag-construct" not in ran
+        assert not {s for s in ran if "@published" in s and "local" not in s}
+        assert not {s for s in ran if "l2r-lead" in s}
+        # one subtopic x 1 setting per model on SummHay; 2 questions x 2 settings on Long²RAG
+        sent = srv.log()
+        assert len(sent) == 2 * (1 + 2 * 2)
+        after = {b: _rows_by_key(proj, b) for b in ("summhay", "long2rag")}
+        ids_after = {b: _current_ids(proj, b) for b in ("summhay", "long2rag")}
+        for b in ("summhay", "long2rag"):
+            for key, row in before[b].items():
+                assert after[b][key] == row, f"{b} row {key} changed"
+            # every run of before is still current, with the same id
+            assert ids_before[b].items() <= ids_after[b].items()
+        mine = [r for r in after["summhay"].values() if r["model"] == "mine-a"]
+        assert mine and all(r["n_items"] == 1 and r["slice"] == "news1 first 1" for r in mine)
+        l2r = [r for r in after["long2rag"].values() if r["model"] == "mine-b"]
+        assert l2r and all(r["n_items"] == 2 and r["slice"] == "first 2" for r in l2r)
+
+        # compare by name, on both benchmarks: too few paired items to test anything
+        for bench, extra in (("summhay", ["--judge", "local"]), ("long2rag", [])):
+            res = json.loads(
+                run(
+                    ["lfbench", "compare", "--benchmark", bench, "mine-a", "mine-b", "--json",
+                     "--setting", "oracle" if bench == "summhay" else "long_context", *extra],
+                    proj,
+                ).stdout
+            )  # fmt: skip
+            assert res["n_shared_items"] >= 1 and "too few" in res["note"]
+            assert not any(m.get("significant") for m in res["metrics"].values())
+
+        # one model's temperature: only its stages run, only its runs are new
+        def warmer(params: dict[str, Any]) -> None:
+            params["models"]["mine-a"]["temperature"] = 0.7
+
+        _edit_params(proj, warmer)
+        ids_mid = {b: _current_ids(proj, b) for b in ("summhay", "long2rag")}
+        out = run(["dvc", "repro"], proj)
+        ran = set(_ran(out.stdout))
+        assert {s for s in ran if "generate" in s or ("judge" in s and "agreement" not in s)} == {
+            "summhay-generate@mine-a",
+            "summhay-judge@mine-a-local",
+            "long2rag-generate@mine-a",
+            "long2rag-judge@mine-a-l2r-overlap",
+        }
+        for b in ("summhay", "long2rag"):
+            now = _current_ids(proj, b)
+            changed = {k for k in now if ids_mid[b].get(k) != now[k]}
+            assert changed and all("mine-a" in k for k in changed), changed
+
+    # remove a model: its rows are no longer current
+    def remove(params: dict[str, Any]) -> None:
+        for b in ("summhay", "long2rag"):
+            params[b]["models"].remove("mine-b")
+        del params["models"]["mine-b"]
+
+    _edit_params(proj, remove)
+    run(["dvc", "repro"], proj)
+    for b in ("summhay", "long2rag"):
+        assert not [k for k in _current_ids(proj, b) if "mine-b" in k]
+        assert not [r for r in _rows_by_key(proj, b).values() if r["model"] == "mine-b"]
