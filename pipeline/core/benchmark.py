@@ -11,12 +11,12 @@ nothing to MLflow. It provides, as a subclass of `Benchmark`:
 - the requests of generation (`plan_generations`) and judging (`judge_task`: the asks for one
   output, each request with the parser of its answer, built with `judge_task()` below;
   `judge_prompts` names its prompts), answers that need no model (`offline_generations`:
-  baselines and replayed releases; `offline_judgements`), and how a coverage judge (the local
-  judge, or one of its own) sees an output (`coverage_case`, `coverage_verdict`);
+  baselines and replayed releases; `offline_judgements`);
 - scoring into rows, its report and its MLflow runs (`aggregate` -> `Aggregated`), and its section
   of `lfbench report` (`report_section`);
-- optionally, agreement with human labels (`agreement`) and training data for the local judge
-  (`judge_training`).
+- optionally, coverage judging (`coverage`: how the local judge, or a no-model judge of its own,
+  sees an output), agreement with human labels (`agreement`) and training data for the local
+  judge (`judge_training`).
 
 The stage layer (`pipeline/stages/`) does everything else, the same way for every benchmark:
 file reads and atomic writes, every model call (cache, journal, retries, usage and cost), the one
@@ -355,6 +355,25 @@ class CoverageJudge(Protocol):
     ) -> Sequence[Sequence[CoverageVerdictLike]]: ...
 
 
+class Coverage(ABC, Generic[P, I]):
+    """Coverage judging, an optional capability (like `agreement`): how a coverage judge (the
+    local judge, or a no-model judge the benchmark defines) sees one output."""
+
+    @abstractmethod
+    def cases(self, ctx: Context[P], item: I, generation: Generation) -> list[CoverageCase]:
+        """What the judge looks at: usually one case (the reference units against the output's
+        bullets); several when units must be judged against parts of the output apart (their
+        target ids unique across the cases)."""
+
+    @abstractmethod
+    def verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        """A coverage judge's verdict on one reference unit, in this benchmark's labels."""
+
+    def judge(self, spec: JudgeSpec) -> CoverageJudge | None:
+        """A no-model coverage judge of a provider this benchmark defines, if `spec` is one."""
+        return None
+
+
 # ---------------------------------------------------------------- results
 
 
@@ -529,6 +548,7 @@ class Benchmark(ABC, Generic[P, D, I]):
     model_specs: ClassVar[tuple[type[OwnedModel], ...]] = ()  # providers it defines
     judge_specs: ClassVar[tuple[type[OwnedJudge], ...]] = ()
     agreement: HumanAgreement[Any, Any] | None = None
+    coverage: Coverage[Any, Any] | None = None  # coverage judging (the local judge, ...)
     judge_training: JudgeTraining[Any] | None = None
     scorer: Scorer | None = None
     construct_files: ClassVar[bool] = False  # construct writes side files (Constructed.files)
@@ -598,22 +618,6 @@ class Benchmark(ABC, Generic[P, D, I]):
     @abstractmethod
     def judge_task(self, generation: Generation, item: I, prompts: JudgePrompts) -> JudgeTask:
         """The asks that judge one generation (`judge_task` below builds them)."""
-
-    @abstractmethod
-    def coverage_cases(
-        self, ctx: Context[P], item: I, generation: Generation
-    ) -> list[CoverageCase]:
-        """What a coverage judge (the local judge, or `coverage_judge`) looks at: usually one
-        case (the reference units against the output's bullets); several when units must be
-        judged against parts of the output apart (their target ids unique across the cases)."""
-
-    @abstractmethod
-    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        """A coverage judge's verdict on one reference unit, in this benchmark's labels."""
-
-    def coverage_judge(self, spec: JudgeSpec) -> CoverageJudge | None:
-        """A no-model coverage judge of a provider this benchmark defines, if `spec` is one."""
-        return None
 
     def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
         """The embeddings a no-model judge of this benchmark needs: None, EMBED_LOCAL, or an

@@ -115,7 +115,7 @@ def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path)
 
         cache = default_cache_path(root) if spec.embedding_cache else None
         return Model.load(root / spec.model_path, cache=cache)
-    own = bench.coverage_judge(spec)
+    own = bench.coverage.judge(spec) if bench.coverage is not None else None
     if own is None:
         raise ConfigError(f"judges.{judge}: provider {spec.provider!r} cannot judge {bench.name}")
     return own
@@ -131,7 +131,13 @@ def coverage_judgements(
 ) -> list[Judgement]:
     """A coverage judge's judgements of `gens` (ok generations of known items). A case that
     several outputs share (the same units against the same bullets) is judged once."""
-    per_gen = [bench.coverage_cases(ctx, items[g.item_id], g) for g in gens]
+    cover = bench.coverage
+    if cover is None:
+        raise ConfigError(
+            f"judges.{judge}: {bench.name} has no coverage judging (no local judge for it; use"
+            " an openai judge or one of its own)"
+        )
+    per_gen = [cover.cases(ctx, items[g.item_id], g) for g in gens]
     cases = [c for cs in per_gen for c in cs]
     texts = [(tuple(t for _, t in c.targets), tuple(c.bullets)) for c in cases]
     unique = list(dict.fromkeys(texts))
@@ -147,9 +153,7 @@ def coverage_judgements(
             if len(vs) != len(case.targets):
                 n = len(case.targets)
                 raise ValueError(f"judge {judge} gave {len(vs)} verdicts for {n} units")
-            row += [
-                bench.coverage_verdict(t, v) for (t, _), v in zip(case.targets, vs, strict=True)
-            ]
+            row += [cover.verdict(t, v) for (t, _), v in zip(case.targets, vs, strict=True)]
         k += len(cs)
         status = "invalid" if any(v.status == "invalid" for v in row) else "ok"
         out.append(Judgement.of(bench.name, g, judge, cj.sha, status, row))
@@ -245,7 +249,9 @@ def judge(
         todo = judgeable(items, gens, str(generations_path))
         if isinstance(spec, OpenAIJudge):
             js, report = llm_judgements(bench, ctx, judge_name, spec, items, todo, stage, root)
-        elif not isinstance(spec, LocalJudge) and bench.coverage_judge(spec) is None:
+        elif not isinstance(spec, LocalJudge) and (
+            bench.coverage is None or bench.coverage.judge(spec) is None
+        ):
             # a judge the benchmark defines that needs no model (e.g. CRUX's labels), or only
             # embeddings (e.g. CRUD-RAG's text metrics with an embedding similarity)
             embedder = Embedder(bench.embedding(spec), stage, root)

@@ -100,12 +100,13 @@ def test_a_coverage_judge_sees_facts_against_answer_sentences() -> None:
         update={"text": "- Water comes from Lake Orrin [1]. It is pumped."}
     )
     no_ctx: Any = None  # the template's coverage cases do not read the context
-    (case,) = BENCH.coverage_cases(no_ctx, item, gen)
+    assert BENCH.coverage is not None
+    (case,) = BENCH.coverage.cases(no_ctx, item, gen)
     assert [t for t, _ in case.targets] == ["f1", "f2", "f3"]
     assert (
         case.bullets
         == answer_sentences(gen.text or "")
         == ["Water comes from Lake Orrin.", "It is pumped."]
     )
-    v = BENCH.coverage_verdict("f1", LocalVerdict("PARTIAL_COVERAGE", 1, (0.2, 0.5, 0.3)))
+    v = BENCH.coverage.verdict("f1", LocalVerdict("PARTIAL_COVERAGE", 1, (0.2, 0.5, 0.3)))
     assert (v.label, v.link, v.raw) == ("partial", 1, "PARTIAL_COVERAGE")

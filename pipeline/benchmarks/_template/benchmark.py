@@ -28,6 +28,7 @@ from pipeline.core.benchmark import (
     Benchmark,
     Constructed,
     Context,
+    Coverage,
     CoverageCase,
     CoverageVerdictLike,
     JudgePrompts,
@@ -94,8 +95,27 @@ def item_recall(item: Item, j: Judgement | None) -> tuple[float | None, int]:
     return (fmean(scores) if scores else None), invalid
 
 
+class TemplateCoverage(Coverage[TemplateParams, Item]):
+    """The local judge on an answer: the item's facts against its sentences."""
+
+    def cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[CoverageCase]:
+        targets = [(f.fact_id, f.text) for f in item.facts]
+        return [CoverageCase(targets, answer_sentences(generation.text or ""))]
+
+    def verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        if verdict.label not in FROM_COVERAGE:
+            raise ValueError(f"unknown coverage label {verdict.label!r}")
+        return Verdict(
+            target_id=target,
+            label=FROM_COVERAGE[verdict.label],
+            link=verdict.bullet,
+            raw=verdict.label,
+        )
+
+
 class Template(Benchmark[TemplateParams, Item, Item]):
     name = "_template"
+    coverage = TemplateCoverage()
     version = "1"
     params_model = TemplateParams
     record = Item
@@ -155,23 +175,6 @@ class Template(Benchmark[TemplateParams, Item, Item]):
 
     def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
         return fact_task(generation, item, prompts)
-
-    def coverage_cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[CoverageCase]:
-        return [
-            CoverageCase(
-                [(f.fact_id, f.text) for f in item.facts], answer_sentences(generation.text or "")
-            )
-        ]
-
-    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        if verdict.label not in FROM_COVERAGE:
-            raise ValueError(f"unknown coverage label {verdict.label!r}")
-        return Verdict(
-            target_id=target,
-            label=FROM_COVERAGE[verdict.label],
-            link=verdict.bullet,
-            raw=verdict.label,
-        )
 
     # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
 

@@ -36,6 +36,7 @@ from pipeline.core.benchmark import (
     Benchmark,
     Constructed,
     Context,
+    Coverage,
     CoverageCase,
     CoverageJudge,
     CoverageVerdictLike,
@@ -64,8 +65,26 @@ def _counts(qs: Sequence[Question]) -> str:
     )
 
 
+class Long2ragCoverage(Coverage[Long2ragParams, Question]):
+    """A coverage judge on an answer: the key points against its sentences; the lexical
+    overlap judge is this benchmark's own."""
+
+    def cases(self, ctx: Ctx, item: Question, generation: Generation) -> list[CoverageCase]:
+        targets = [(k.kp_id, k.text) for k in item.key_points]
+        return [CoverageCase(targets, judging.answer_units(generation.text or ""))]
+
+    def verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        return judging.entailment_verdict(target, verdict)
+
+    def judge(self, spec: JudgeSpec) -> CoverageJudge | None:
+        if isinstance(spec, OverlapJudge):
+            return judging.OverlapCoverage(full=spec.full, partial=spec.partial)
+        return None
+
+
 class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     name = "long2rag"
+    coverage = Long2ragCoverage()
     plotted = ("kpr",)
     title = "Long²RAG"
     version = "1"
@@ -151,24 +170,6 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
         self, generation: Generation, item: Question, prompts: JudgePrompts
     ) -> JudgeTask:
         return judging.judge_task(generation, item, prompts)
-
-    def coverage_cases(
-        self, ctx: Ctx, item: Question, generation: Generation
-    ) -> list[CoverageCase]:
-        return [
-            CoverageCase(
-                [(k.kp_id, k.text) for k in item.key_points],
-                judging.answer_units(generation.text or ""),
-            )
-        ]
-
-    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        return judging.entailment_verdict(target, verdict)
-
-    def coverage_judge(self, spec: JudgeSpec) -> CoverageJudge | None:
-        if isinstance(spec, OverlapJudge):
-            return judging.OverlapCoverage(full=spec.full, partial=spec.partial)
-        return None
 
     # ---- results
 

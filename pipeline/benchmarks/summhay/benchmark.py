@@ -32,6 +32,7 @@ from pipeline.core.benchmark import (
     Benchmark,
     Constructed,
     Context,
+    Coverage,
     CoverageCase,
     CoverageVerdictLike,
     Gens,
@@ -122,8 +123,25 @@ def studied(
     return out
 
 
+class SummhayCoverage(Coverage[SummhayParams, Subtopic]):
+    """The local judge on a summary: the subtopic's insights against its bullets."""
+
+    def cases(self, ctx: Ctx, item: Subtopic, generation: Generation) -> list[CoverageCase]:
+        targets = [(i.insight_id, i.text) for i in item.insights]
+        return [CoverageCase(targets, extract_bullets(generation.text or ""))]
+
+    def verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        return Verdict(
+            target_id=target,
+            label=verdict.label,
+            link=verdict.bullet,
+            raw=",".join(f"{p:.4f}" for p in verdict.proba),
+        )
+
+
 class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     name = "summhay"
+    coverage = SummhayCoverage()
     plotted = ("joint", "coverage", "citation")
     title = "SummHay"
     version = "1"
@@ -287,24 +305,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
         self, generation: Generation, item: Subtopic, prompts: JudgePrompts
     ) -> JudgeTask:
         return judging.judge_task(generation, item, prompts)
-
-    def coverage_cases(
-        self, ctx: Ctx, item: Subtopic, generation: Generation
-    ) -> list[CoverageCase]:
-        return [
-            CoverageCase(
-                [(i.insight_id, i.text) for i in item.insights],
-                extract_bullets(generation.text or ""),
-            )
-        ]
-
-    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        return Verdict(
-            target_id=target,
-            label=verdict.label,
-            link=verdict.bullet,
-            raw=",".join(f"{p:.4f}" for p in verdict.proba),
-        )
 
     def offline_judgements(
         self, ctx: Ctx, judge: str, spec: JudgeSpec, dataset: Sequence[Haystack], gens: Gens
