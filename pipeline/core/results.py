@@ -52,6 +52,9 @@ class Metric:
     lo: float | None = None
     hi: float | None = None
     digits: int | None = 6  # None: not rounded
+    # A mean summed in item order (plain float addition), as a benchmark's earlier results were
+    # computed; default: an exactly rounded sum (fmean), the same whatever the order.
+    ordered_sum: bool = False
 
     @property
     def label(self) -> str:
@@ -186,7 +189,7 @@ def pool(metric: Metric, scores: Iterable[ItemScore]) -> float | None:
         values = [v for s in scores if (v := s.values.get(metric.name)) is not None]
         if not values:
             return None
-        value = fmean(values)
+        value = sum(values) / len(values) if metric.ordered_sum else fmean(values)
     else:
         parts = [s.parts[metric.name] for s in scores if metric.name in s.parts]
         den = fsum(d for _, d in parts)

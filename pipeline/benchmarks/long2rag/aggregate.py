@@ -26,6 +26,7 @@ KPR = Metric(
     lo=0.0,
     hi=1.0,
     digits=None,
+    ordered_sum=True,  # summed question by question, as Long²RAG's KPR always was
 )
 SECTIONS = ("domain", "category", "length")
 NO_KEY_POINTS = "no key points"
