@@ -189,6 +189,16 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     def row_order(self, row: ResultRow) -> tuple[Any, ...]:
         return (row.system, setting_order(row.setting), row.judge, row.model)
 
+    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
+        """{judge: {system/setting: kpr (4 decimals)}} for `dvc metrics show/diff`."""
+        out: dict[str, dict[str, float | None]] = {}
+        for r in rows:
+            kpr = r.metrics["kpr"]
+            out.setdefault(r.judge, {})[f"{r.system}/{r.setting}"] = (
+                None if kpr is None else round(kpr, 4)
+            )
+        return out
+
     def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
         run = super().run_row(row, scores)
         flat = row.flat()
