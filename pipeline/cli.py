@@ -704,6 +704,13 @@ def ui(host: str, port: int) -> None:
 @click.option("--judge", "judge_name", default=None, help="With --benchmark: the judge.")
 @click.option("--resamples", default=10_000, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--min-items",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Fewer shared items than this: no interval, nothing marked significant.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def compare(
     run_a: str,
@@ -713,6 +720,7 @@ def compare(
     judge_name: str | None,
     resamples: int,
     seed: int,
+    min_items: int,
     as_json: bool,
 ) -> None:
     """Compare two MLflow runs (ids, or systems by name with --benchmark): differing params and
@@ -726,7 +734,7 @@ def compare(
     if benchmark is not None:
         run_a = find_run(root, benchmark, run_a, setting, judge_name)
         run_b = find_run(root, benchmark, run_b, setting, judge_name)
-    res = compare_runs(root, run_a, run_b, resamples=resamples, seed=seed)
+    res = compare_runs(root, run_a, run_b, resamples=resamples, seed=seed, min_items=min_items)
     if as_json:
         click.echo(_json.dumps(res, indent=2, sort_keys=True))
     else:

@@ -96,15 +96,16 @@ def bootstrap_declared(
     resamples: int = 10_000,
     seed: int = 0,
     where: tuple[str, str] = ("A", "B"),
+    min_items: int = MIN_PAIRED_ITEMS,
 ) -> tuple[dict[str, dict[str, Any]], int]:
     """Paired bootstrap of every declared metric over the items both runs scored (each metric
-    over the items where both define it); fewer than MIN_PAIRED_ITEMS: nothing tested."""
+    over the items where both define it); fewer than `min_items`: nothing tested."""
     sa, sb = declared_sums(metrics, a, where[0]), declared_sums(metrics, b, where[1])
     shared = sorted(set(sa) & set(sb))
     out: dict[str, dict[str, Any]] = {}
     for m in metrics:
         both = [i for i in shared if m.name in sa[i] and m.name in sb[i]]
-        if len(both) < MIN_PAIRED_ITEMS:
+        if len(both) < max(2, min_items):
             continue
         cols = [[s[i][m.name][k] for i in both] for s in (sa, sb) for k in (0, 1)]
         try:
@@ -241,7 +242,12 @@ def find_run(
 
 
 def compare_runs(
-    root: Path, run_a: str, run_b: str, resamples: int = 10_000, seed: int = 0
+    root: Path,
+    run_a: str,
+    run_b: str,
+    resamples: int = 10_000,
+    seed: int = 0,
+    min_items: int = MIN_PAIRED_ITEMS,
 ) -> dict[str, Any]:
     from mlflow.exceptions import MlflowException
 
@@ -270,18 +276,20 @@ def compare_runs(
     jb: list[dict[str, Any]] | None
     if declared and ia is not None and ib is not None:
         ja, jb = ia, ib
-        tested, n_shared = bootstrap_declared(declared, ia, ib, resamples, seed, (run_a, run_b))
+        tested, n_shared = bootstrap_declared(
+            declared, ia, ib, resamples, seed, (run_a, run_b), min_items
+        )
     else:
         ja, jb = _judgements(client, run_a), _judgements(client, run_b)
         if ja is not None and jb is not None:
             tested, n_shared = bootstrap_metrics(ja, jb, resamples, seed, (run_a, run_b))
-            if n_shared < MIN_PAIRED_ITEMS:
+            if n_shared < max(2, min_items):
                 tested = {}
     if ja is None or jb is None:
         note = "no item scores (items.jsonl) on both runs: no significance test"
-    elif n_shared < MIN_PAIRED_ITEMS:
+    elif n_shared < max(2, min_items):
         note = (
-            f"only {n_shared} shared items (fewer than {MIN_PAIRED_ITEMS}): too few to say"
+            f"only {n_shared} shared items (fewer than {max(2, min_items)}): too few to say"
             " anything; no interval, nothing marked significant"
         )
     for k, res in tested.items():
@@ -306,7 +314,7 @@ def compare_runs(
         "metrics": metrics,
         "n_shared_items": n_shared,
         "n_items": [len({r["item_id"] for r in j}) if j else 0 for j in (ja, jb)],
-        "min_paired_items": MIN_PAIRED_ITEMS,
+        "min_paired_items": max(2, min_items),
         "resamples": resamples,
         "seed": seed,
         "note": note,
