@@ -587,3 +587,51 @@ def test_own_models_on_their_own_slices(repro: tuple[Path, str]) -> None:
     for b in ("summhay", "long2rag"):
         assert not [k for k in _current_ids(proj, b) if "mine-b" in k]
         assert not [r for r in _rows_by_key(proj, b).values() if r["model"] == "mine-b"]
+
+
+def _run_of(proj: Path, experiment: str, **params: str) -> tuple[str, dict[str, Any]]:
+    """The id and metrics of the one current run of the experiment with these params."""
+    client = _client(proj)
+    exp = client.get_experiment_by_name(experiment)
+    filt = " and ".join(
+        ["tags.`lfbench.current` = 'true'", *(f"params.{k} = '{v}'" for k, v in params.items())]
+    )
+    (r,) = client.search_runs([exp.experiment_id], filter_string=filt)
+    return str(r.info.run_id), dict(r.data.metrics)
+
+
+@pytest.mark.parametrize(
+    ("bench", "a", "b", "main"),
+    [
+        ("long2rag", {"setting": "long_context"}, {"setting": "rag_512"}, "kpr"),
+        ("crux", {"setting": "oracle@zstar"}, {"setting": "random@zstar"}, "coverage"),
+        (
+            "crud_rag",
+            {"setting": "bm25-c128-o0-k8"},
+            {"setting": "bm25-c256-o0-k4"},
+            "rouge_l",
+        ),
+    ],
+)
+def test_compare_on_every_benchmark(
+    repro: tuple[Path, str], bench: str, a: dict[str, str], b: dict[str, str], main: str
+) -> None:
+    """Issue 24: `lfbench compare` pairs the items of two rows of any benchmark; the point
+    estimate is the difference of the rows; a run against itself differs by 0; the slice's three
+    items are too few for the default minimum of 10."""
+    proj, _ = repro
+    (ida, ma), (idb, mb) = _run_of(proj, bench, **a), _run_of(proj, bench, **b)
+    res = json.loads(
+        run(["lfbench", "compare", ida, idb, "--json", "--min-items", "2"], proj).stdout
+    )
+    got = res["metrics"][main]
+    assert res["n_shared_items"] == 3 and got["n_items"] == 3
+    assert got["paired_delta"] == pytest.approx(mb[main] - ma[main], abs=1e-6)
+    assert got["ci_low"] <= got["paired_delta"] <= got["ci_high"]
+    same = json.loads(
+        run(["lfbench", "compare", ida, ida, "--json", "--min-items", "2"], proj).stdout
+    )
+    assert same["metrics"][main]["paired_delta"] == 0
+    assert not any(m.get("significant") for m in same["metrics"].values())
+    refused = json.loads(run(["lfbench", "compare", ida, idb, "--json"], proj).stdout)
+    assert "too few" in refused["note"] and "ci_low" not in refused["metrics"][main]
