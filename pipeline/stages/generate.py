@@ -95,7 +95,7 @@ def record(
 def warn_local_model_traps(stage: str, planned: Sequence[Planned], gens: list[Generation]) -> None:
     """Record each answer's copy rate (`meta.copy_rate`: the share of it copied word for word
     from its prompt) and warn once when the answers are mostly empty or mostly copied."""
-    from pipeline.metrics.copying import copy_rate, local_model_traps
+    from pipeline.core.copying import copy_rate, local_model_traps
 
     rates = []
     for i, (p, g) in enumerate(zip(planned, gens, strict=True)):
