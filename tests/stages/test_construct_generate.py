@@ -33,34 +33,31 @@ def summhay_params(models: dict[str, Any]) -> Any:
     )
 
 
-def test_construct_fails_on_a_released_retriever_a_setting_needs(
+def test_generate_fails_on_a_released_retriever_a_setting_needs(
     haystack: dict[str, Any], write_haystack: Callable[..., Path], tmp_path: Path
 ) -> None:
     """The mini haystack has oracle and random scores only: a model that runs `rerank3` makes
-    the construct stage fail, naming the file, the subtopic and the retriever; `bm25` (computed
-    here) and a replayed release need no released scores."""
+    its own generate stage fail, naming the haystack, the subtopic and the retriever (the
+    construct stage reads no model entry, so adding a model never re-runs it); `bm25`
+    (computed here) and a replayed release need no released scores."""
     path = write_haystack(haystack, HAY)
     bench = registry.get("summhay")
     data = path.parent
     ok = summhay_params(
-        {
-            "lead": {"provider": "baseline", "kind": "lead", "settings": ["oracle", "bm25"]},
-            "published": {"provider": "published"},
-        }
+        {"lead": {"provider": "baseline", "kind": "lead", "settings": ["oracle", "bm25"]}}
     )
     assert construct(bench, ok, data, tmp_path / "ds.jsonl", ROOT) == 1
-    bad = summhay_params(
-        {"lead": {"provider": "baseline", "kind": "lead", "settings": ["oracle", "rerank3"]}}
-    )
-    with pytest.raises(DataError) as e:
-        construct(bench, bad, data, tmp_path / "ds2.jsonl", ROOT)
-    assert e.value.file == str(path) and e.value.item == "subtopic 's1' (subtopics[0])"
-    assert e.value.field == "retriever.rerank3"
-    assert "setting rerank3 of models.lead" in str(e.value)
-    # the released name is the one the file uses (longembed is `dwzhu/e5-base-4k` there)
-    bad = summhay_params({"m": {"provider": "baseline", "kind": "lead", "settings": ["longembed"]}})
-    with pytest.raises(DataError, match=r"field retriever\.dwzhu/e5-base-4k"):
-        construct(bench, bad, data, tmp_path / "ds3.jsonl", ROOT)
+    for setting, released in (("rerank3", "rerank3"), ("longembed", "dwzhu/e5-base-4k")):
+        bad = summhay_params(
+            {"lead": {"provider": "baseline", "kind": "lead", "settings": ["oracle", setting]}}
+        )
+        assert construct(bench, bad, data, tmp_path / "ds2.jsonl", ROOT) == 1
+        with pytest.raises(DataError) as e:
+            generate(bench, bad, "lead", tmp_path / "ds2.jsonl", data, tmp_path / "g2.jsonl", ROOT)
+        assert e.value.file == HAY and e.value.item == "news1/s1"
+        # the released name is the one the file uses (longembed is `dwzhu/e5-base-4k` there)
+        assert e.value.field == f"retriever.{released}"
+        assert f"setting {setting} of models.lead" in str(e.value)
 
 
 def test_a_question_without_key_points_and_no_model_names_line_and_item(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from pipeline.core import registry
 from pipeline.core.config import validate_params
-from pipeline.core.errors import StageFailed
 from pipeline.core.copying import copy_rate, local_model_traps
+from pipeline.core.errors import StageFailed
 from pipeline.stages.construct import construct
 from pipeline.stages.generate import generate
 from pipeline.testing.server import TestServer, last_user_message
