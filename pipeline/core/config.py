@@ -56,7 +56,11 @@ def known(label: str, names: Iterable[str], allowed: Iterable[str]) -> None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """The base of every params model: unknown keys refused, and no NaN or infinity in a float
+    (`.nan`/`.inf` in YAML would reach the wire or a threshold silently). Subclasses that set
+    their own model_config keep these (pydantic merges configs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- models under test
@@ -293,6 +297,12 @@ def owner_of(provider: str) -> str | None:
     return head if sep and head in registry.names() else None
 
 
+_TAGS = {
+    "models": {*CORE_MODEL_PROVIDERS, "owned"},
+    "judges": {*CORE_JUDGE_PROVIDERS, "owned"},
+}
+
+
 def _tagger(core: Mapping[str, type[BaseModel]]) -> Callable[[Any], str | None]:
     def tag(value: Any) -> str | None:
         provider = (
@@ -469,7 +479,10 @@ def _invalid(
     lines = []
     for err in e.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
-        lines.append(f"  {format_loc(prefix + tuple(err['loc']))}: {msg}")
+        loc = prefix + tuple(err["loc"])
+        if len(loc) > 2 and loc[0] in ("models", "judges") and loc[2] in _TAGS[str(loc[0])]:
+            loc = loc[:2] + loc[3:]  # models.q.temperature, not the union's models.q.openai...
+        lines.append(f"  {format_loc(loc)}: {msg}")
     return ConfigError(f"{path} is invalid:\n" + "\n".join(lines))
 
 
