@@ -21,19 +21,40 @@ def _jsonl(inputs: Inputs, folder: str, sub: str) -> list[tuple[str, object]]:
     return lines
 
 
+def _known_query(
+    qid: str, topics: dict[str, tuple[str, str]], where: str, what: str, item: str | None = None
+) -> None:
+    if qid not in topics:
+        raise DataError(
+            f"{what} for query {qid!r}, which topic/ does not have",
+            file=where,
+            item=item or qid,
+            field="id",
+        )
+
+
 def read(
     inputs: Inputs, folder: str, eta: int, domain: str, tokens: Callable[[str], int]
 ) -> Collection:
     if not inputs.exists(posixpath.join(folder, "topic")):
         raise DataError("not a folder of CRUX's layout (no topic/)", file=folder)
     topics = schema.topics(_jsonl(inputs, folder, "topic"))
-    subs = schema.subquestions(_jsonl(inputs, folder, "subtopics"))
+    sub_lines = _jsonl(inputs, folder, "subtopics")
+    subs = schema.subquestions(sub_lines)
     judged = schema.judgements(_jsonl(inputs, folder, "judgements"))
     corpus = schema.corpus(_jsonl(inputs, folder, "corpus"))
+    # A line about a query topic/ does not have is a typo or a mixed-up file: an error, never
+    # ignored (a judged passage missing from the corpus is one too, below).
+    for where, raw in sub_lines:
+        _known_query(schema._ident(raw, where), topics, where, "sub-questions")
+    for qid, by_pid in judged.items():
+        for pid, (_, where) in by_pid.items():
+            _known_query(qid, topics, where, "a judgement", f"{qid}/{pid}")
     reports = {}
     if inputs.exists(posixpath.join(folder, "reports")):
         for where, raw in _jsonl(inputs, folder, "reports"):
             ident = schema._ident(raw, where)
+            _known_query(ident, topics, where, "a report")
             reports[ident] = str(raw.get("report", "")) if isinstance(raw, dict) else ""
     runs: dict[str, dict[str, list[str]]] = {}
     if inputs.exists(posixpath.join(folder, "runs")):

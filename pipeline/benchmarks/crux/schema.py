@@ -145,8 +145,12 @@ def topics(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
 
 def subquestions(lines: Sequence[tuple[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
     for where, raw in lines:
         qid = _ident(raw, where)
+        if qid in first:
+            raise DataError(f"query listed twice (first at {first[qid]})", file=where, item=qid)
+        first[qid] = where
         qs = _field(raw, "subquestions", list, where, qid)
         if not all(isinstance(q, str) and q.strip() for q in qs):
             raise DataError(
@@ -168,6 +172,12 @@ def judgements(lines: Sequence[tuple[str, Any]]) -> dict[str, dict[str, tuple[li
             raise DataError(
                 "ratings are whole numbers 0 to 5", file=where, item=f"{qid}/{pid}", field="rating"
             )
+        if pid in out.get(qid, {}):
+            raise DataError(
+                f"this query and passage are judged twice (first at {out[qid][pid][1]})",
+                file=where,
+                item=f"{qid}/{pid}",
+            )
         out.setdefault(qid, {})[pid] = (list(ratings), where)
     return out
 
@@ -180,6 +190,8 @@ def corpus(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
         text = raw.get("contents", raw.get("text")) if isinstance(raw, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise DataError("missing or empty text", file=where, item=pid, field="contents")
+        if pid in out:
+            raise DataError(f"passage listed twice (first at {out[pid][1]})", file=where, item=pid)
         title = raw.get("title") or ""
         out[pid] = ((f"{title.strip()}\n" if str(title).strip() else "") + text.strip(), where)
     return out

@@ -80,10 +80,16 @@ def _rewrite(path: Path, line: int, edit: Any) -> None:
             "subquestions",
         ),
         ("corpus/corpus.jsonl", 3, lambda r: r.update(contents="  "), "p3", "contents"),
+        # lines about a query topic/ does not have, and repeated lines (issue 26, point 6)
+        ("judgements/test.jsonl", 4, lambda r: r.update(id="q9"), "q9/p4", "id"),
+        ("judgements/test.jsonl", 5, lambda r: r.update(id="q3", docid="p99"), "q3/p99", "id"),
+        ("judgements/test.jsonl", 4, lambda r: r.update(docid="p3"), "q1/p3", None),
+        ("subtopics/test.jsonl", 2, lambda r: r.update(id="q9"), "q9", "id"),
+        ("corpus/corpus.jsonl", 6, lambda r: r.update(id="p5"), "p5", None),
     ],
 )
 def test_layout_errors_name_file_line_item_and_field(
-    tmp_path: Path, file: str, line: int, edit: Any, item: str, field: str
+    tmp_path: Path, file: str, line: int, edit: Any, item: str, field: str | None
 ) -> None:
     folder = _copy(tmp_path)
     _rewrite(folder / file, line, edit)
