@@ -13,6 +13,7 @@ DVC dependencies cover); `load_params(path)` validates everything (`lfbench chec
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +32,8 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline.core.errors import ConfigError, format_loc
+from pipeline.core.errors import ConfigError, DataError, format_loc
+from pipeline.core.io import read_text
 from pipeline.core.types import EndpointConfig
 
 if TYPE_CHECKING:
@@ -467,8 +469,13 @@ def load_yaml(path: Path) -> Any:
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
     try:
-        with path.open(encoding="utf-8") as f:
-            return yaml.load(f, Loader=_UniqueKeyLoader)
+        text = read_text(path)
+    except DataError as e:
+        raise ConfigError(str(e)) from e
+    stream = io.StringIO(text)
+    stream.name = str(path)  # named in the loader's marks (a duplicate key's line)
+    try:
+        return yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
 

@@ -163,3 +163,15 @@ def test_construction_input_errors(tmp_path: Path) -> None:
     p.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n")
     with pytest.raises(DataError, match="id used twice"):
         construction.sources(FileInputs(tmp_path).jsonl("mine.jsonl"))
+
+
+def test_a_corpus_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
+    """Issue 26, point 7: bad bytes are an error naming the file and line, not a traceback."""
+    folder = _copy(tmp_path)
+    path = folder / "corpus" / "corpus.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b"Local", b"Loc\xe9l")  # Latin-1, not UTF-8
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(DataError, match="not valid UTF-8") as e:
+        read_layout(folder)
+    assert (e.value.file, e.value.line) == ("crux/corpus/corpus.jsonl", 4)
