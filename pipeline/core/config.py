@@ -39,7 +39,40 @@ from pipeline.core.types import EndpointConfig
 if TYPE_CHECKING:
     from pipeline.core.benchmark import AnyBenchmark
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A models/judges entry name becomes a DVC stage name, a params path (`models.<name>`), a file
+# and folder name (generations/<benchmark>/<name>.jsonl, the journal) and an MLflow tag.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
+NAME_MAX = 100
+
+
+def name_problem(name: str) -> str | None:
+    """Why a models/judges entry name cannot be used (None: it can), in the user's terms."""
+    if not name:
+        return "is empty"
+    if len(name) > NAME_MAX:
+        return (
+            f"is {len(name)} characters long; at most {NAME_MAX} (it becomes a file name, which"
+            " the file system limits)"
+        )
+    if "." in name:
+        return (
+            "has a dot, which DVC reads as nesting (models.gpt-4.1 would be key 1 under"
+            " models.gpt-4); write it with - or _ (gpt-4-1)"
+        )
+    if "/" in name or "\\" in name:
+        return "has a path separator (it becomes a file name)"
+    if any(c.isspace() for c in name):
+        return "has whitespace (it becomes a DVC stage name and a file name)"
+    if name[0] == "-":
+        return "starts with -, which a command line reads as an option"
+    if not NAME_RE.match(name):
+        return (
+            f"must match {NAME_RE.pattern}: letters, digits, _ and - (it becomes a DVC stage"
+            " name and a file name)"
+        )
+    return None
+
+
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -404,17 +437,20 @@ class Params(Strict):
                 raise ValueError(f"{var!r} is not a valid environment variable name")
         return names
 
+    @field_validator("models", "judges", mode="before")
+    @classmethod
+    def _check_entry_names(cls, entries: Any) -> Any:
+        for name in entries if isinstance(entries, dict) else ():
+            problem = name_problem(name) if isinstance(name, str) else "is not a string"
+            if problem is not None:
+                shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + "..."
+                raise ValueError(f"entry name {shown!r} {problem}")
+        return entries
+
     @model_validator(mode="after")
     def _check_names(self) -> Params:
         from pipeline.core import registry
 
-        for kind, names in (("models", self.models), ("judges", self.judges)):
-            for name in names:
-                if not NAME_RE.match(name):
-                    raise ValueError(
-                        f"{kind} name {name!r} must match {NAME_RE.pattern} "
-                        "(it becomes a DVC stage name and a file name)"
-                    )
         for key in self.model_extra or {}:
             if key not in registry.names():
                 raise ValueError(

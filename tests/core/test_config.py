@@ -149,8 +149,48 @@ def test_model_name_must_be_a_safe_stage_name(tmp_path: Path) -> None:
         "  published: {provider: published}",
         "  published: {provider: published}\n  'my model': {provider: published}",
     )
-    with pytest.raises(ConfigError, match="'my model' must match"):
+    with pytest.raises(ConfigError, match="'my model' has whitespace"):
         load_params(_params_file(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "reason"),
+    [
+        ("models", "gpt-4.1", "has a dot, which DVC reads as nesting"),
+        ("judges", "judge.v2", "has a dot, which DVC reads as nesting"),
+        ("models", ".hidden", "has a dot"),
+        ("models", "team/gpt", "has a path separator"),
+        ("judges", "a\\b", "has a path separator"),
+        ("models", "tab\tname", "has whitespace"),
+        ("models", "-rf", "starts with -"),
+        ("models", "x" * 101, "is 101 characters long; at most 100"),
+        ("judges", "j" * 300, "is 300 characters long"),
+        ("models", "caf\u00e9", "must match"),
+        ("models", "", "is empty"),
+    ],
+)
+def test_an_entry_name_that_dvc_files_or_python_cannot_hold_is_refused_with_the_reason(
+    kind: str, name: str, reason: str
+) -> None:
+    """Issue 26, point 9 (and issue 25, point 7): the name becomes a DVC stage and params path,
+    file names and the journal's path; refused at check, with why."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    raw[kind][name] = {"provider": "published"}
+    with pytest.raises(ConfigError, match=re.escape(reason)) as e:
+        validate_params(raw)
+    assert f"\n  {kind}: entry name " in str(e.value)
+
+
+def test_every_entry_name_in_use_is_still_valid() -> None:
+    """The names params.yaml, the template and the tests use (a stricter rule must not break
+    them)."""
+    from pipeline.core.config import name_problem
+
+    names = ["published-gpt-4o", "crud-text", "l2r-lead", "l2r-overlap", "crux-contexts",
+             "crux-labels", "published", "lead", "extractive", "local", "smol-judge", "p",
+             "toy-llm", "sweep-judge", "llm-batch", "gemini-oracle", "_template", "a_b",
+             "x" * 100]  # fmt: skip
+    assert {n: name_problem(n) for n in names} == dict.fromkeys(names)
 
 
 ENDPOINT = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
