@@ -384,19 +384,44 @@ def agreement_command(**kwargs: Any) -> None:
     _run_agreement(**kwargs)
 
 
+HELP = ("--help", "-h")
+
+
+class _RunCommand(click.Command):
+    """`lfbench run` passes every option after the stage name to the stage, so click's own help
+    option is off; `--help` before the stage name (or alone) shows this command's help, and
+    after it the stage's (`lfbench run judge --help`), without reading params.yaml."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            if arg in HELP:
+                click.echo(ctx.get_help(), color=ctx.color)
+                ctx.exit(0)
+            if arg in STAGES:
+                break
+        return super().parse_args(ctx, args)
+
+
 @cli.command(
+    cls=_RunCommand,
     context_settings={
         "ignore_unknown_options": True,
         "allow_extra_args": True,
         "help_option_names": [],
-    }
+    },
 )
 @click.argument("stage_name", type=click.Choice(STAGES))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @params_option
 def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
-    """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
+    """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this).
+
+    ARGS are the stage's own options: `lfbench run STAGE --help` lists them."""
     from pipeline.tools import containers
+
+    if any(a in HELP for a in args):
+        stage.main(args=[stage_name, "--help"], prog_name="lfbench run", standalone_mode=False)
+        return
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
