@@ -42,7 +42,10 @@ if TYPE_CHECKING:
 # A models/judges entry name becomes a DVC stage name, a params path (`models.<name>`), a file
 # and folder name (generations/<benchmark>/<name>.jsonl, the journal) and an MLflow tag.
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
-NAME_MAX = 100
+# 64: a judge stage's journal is named <benchmark>-judge_<model>-<judge>.embeddings.jsonl, and
+# with each name at most 64 characters (new-benchmark's limit too) that stays under the 255 bytes
+# a file name can have.
+NAME_MAX = 64
 
 
 def name_problem(name: str) -> str | None:

@@ -163,7 +163,7 @@ def test_model_name_must_be_a_safe_stage_name(tmp_path: Path) -> None:
         ("judges", "a\\b", "has a path separator"),
         ("models", "tab\tname", "has whitespace"),
         ("models", "-rf", "starts with -"),
-        ("models", "x" * 101, "is 101 characters long; at most 100"),
+        ("models", "x" * 65, "is 65 characters long; at most 64"),
         ("judges", "j" * 300, "is 300 characters long"),
         ("models", "caf\u00e9", "must match"),
         ("models", "", "is empty"),
@@ -189,7 +189,7 @@ def test_every_entry_name_in_use_is_still_valid() -> None:
     names = ["published-gpt-4o", "crud-text", "l2r-lead", "l2r-overlap", "crux-contexts",
              "crux-labels", "published", "lead", "extractive", "local", "smol-judge", "p",
              "toy-llm", "sweep-judge", "llm-batch", "gemini-oracle", "_template", "a_b",
-             "x" * 100]  # fmt: skip
+             "x" * 64]  # fmt: skip
     assert {n: name_problem(n) for n in names} == dict.fromkeys(names)
 
 
@@ -264,3 +264,18 @@ def test_every_params_model_refuses_non_finite_floats() -> None:
     assert len(seen) > 30
     lax = sorted(m.__name__ for m in seen if m.model_config.get("allow_inf_nan") is not False)
     assert not lax, f"params models that accept NaN/inf: {lax}"
+
+
+def test_the_longest_names_still_make_file_names_a_file_system_holds(tmp_path: Path) -> None:
+    """The entry and benchmark name limits keep every derived file name under 255 bytes (a
+    300-character model name used to pass check and fail in the journal's path)."""
+    from pipeline.core.config import NAME_MAX
+    from pipeline.stages.common import judge_stage, llm_paths
+    from pipeline.tools.scaffold import NAME_MAX as BENCH_MAX
+
+    stage = judge_stage("b" * BENCH_MAX, "m" * NAME_MAX, "j" * NAME_MAX)
+    journal = llm_paths(tmp_path, stage)[1]
+    for path in (journal, journal.with_suffix(".embeddings.jsonl")):
+        assert len(f".{path.name}.12345678.tmp".encode()) <= 255
+    (journal.parent).mkdir(parents=True)
+    journal.with_suffix(".embeddings.jsonl").write_text("", encoding="utf-8")  # it can be made
