@@ -61,10 +61,33 @@ def params_option(f: F) -> F:
     )(f)
 
 
+class OutputFile(click.Path):
+    """A file the command writes: checked when the command line is read, before any work (a
+    folder, or a place this process cannot write in, is a usage error naming the option)."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline.core.errors import DataError
+        from pipeline.core.io import check_output
+
+        path = super().convert(value, param, ctx)
+        try:
+            check_output(Path(os.fsdecode(path)))
+        except DataError as e:
+            self.fail(f"{e.reason} ({os.fsdecode(path)})", param, ctx)
+        return path
+
+
+OUTPUTS = ("--out", "--metrics", "--summary", "--report", "--plot")
+
+
 def path_option(flag: str, dest: str | None = None) -> Callable[[F], F]:
-    """A required path option (`--out`, `--dataset`, ...)."""
+    """A required path option (`--out`, `--dataset`, ...); an output file is checked first."""
     decls = (flag, dest) if dest else (flag,)
-    return click.option(*decls, type=click.Path(path_type=Path), required=True)
+    kind = OutputFile() if flag in OUTPUTS else click.Path(path_type=Path)
+    return click.option(*decls, type=kind, required=True)
 
 
 @click.group()
@@ -259,7 +282,7 @@ def stage_train_local_judge(
 @path_option("--metrics")
 @click.option(
     "--summary",
-    type=click.Path(path_type=Path),
+    type=OutputFile(),
     required=True,
     help="The headline numbers nested for dvc metrics diff.",
 )
@@ -322,8 +345,8 @@ def _agreement_options(f):  # type: ignore[no-untyped-def]
                 default=None,
                 help="The pipeline's judgements, for judge-vs-judge agreement.",
             ),
-            click.option("--report", type=click.Path(path_type=Path), default=None),
-            click.option("--plot", type=click.Path(path_type=Path), default=None),
+            click.option("--report", type=OutputFile(), default=None),
+            click.option("--plot", type=OutputFile(), default=None),
             click.option(
                 "--project-judges/--published-only",
                 default=True,
@@ -498,7 +521,7 @@ def image() -> None:
 @image.command("recipe")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=OutputFile(),
     default=Path("build/image.json"),
     show_default=True,
     help="Where to write the recipe (DVC output of the `image` stage).",
@@ -792,7 +815,7 @@ def report(out: Path, params_path: Path) -> None:
     required=True,
     help='JSONL lines {"id", "generation", "reference"}.',
 )
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="JSONL written back.")
+@click.option("--out", type=OutputFile(), required=True, help="JSONL written back.")
 def score(benchmark: str, src: Path, out: Path) -> None:
     """A benchmark's reference metrics on your own outputs, without the pipeline.
 

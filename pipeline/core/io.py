@@ -79,18 +79,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def check_output(path: Path) -> None:
-    """An output file can be written at `path`: not a folder, its folder made or there, and a
-    file can be created in it (tried, then removed). Called before the work that the output is
-    for, so a bad path fails at once and leaves nothing behind."""
+    """An output file can be written at `path`: not a folder, and the nearest folder that
+    exists on its way is a folder a file can be made in (the missing folders are made when the
+    output is written). Called before the work the output is for, so a bad path fails at once;
+    it leaves nothing behind."""
     if path.is_dir():
         raise DataError("is a folder; name a file to write", file=str(path))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DataError(f"cannot write here: {parent} is a file, not a folder", file=str(path))
+    try:  # a file made and removed at once: permissions, a read-only or pseudo file system
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".lfbench-probe.", suffix=".tmp")
         os.close(fd)
         Path(probe).unlink()
     except OSError as e:
-        raise DataError(f"cannot write here: {e.strerror or e}", file=str(path)) from e
+        raise DataError(f"cannot write in {parent}: {e.strerror or e}", file=str(path)) from e
 
 
 def atomic_write_text(path: Path, text: str) -> None:

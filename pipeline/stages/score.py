@@ -80,5 +80,8 @@ def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int]:
             base = row if isinstance(row, dict) else {"line": row}
             row = {k: v for k, v in base.items() if k != "metrics"} | {"error": problem}
         written.append(json.dumps(row, ensure_ascii=False) + "\n")
-    atomic_write_text(out, "".join(written))
+    try:
+        atomic_write_text(out, "".join(written))
+    except OSError as e:  # after the check: the disk filled, or the folder went away
+        raise DataError(f"cannot write: {e.strerror or e}", file=str(out)) from e
     return scored, errors
