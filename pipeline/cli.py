@@ -13,7 +13,9 @@
     lfbench report [--out DIR]             one HTML + markdown report of the current results
 
 Every error about bad input is printed as one line naming the file, item and field, and the
-command exits with status 2; a stage whose items partly failed exits with status 3.
+command exits with status 2; a stage whose items partly failed exits with status 3. Output files
+are checked as the command line is read, before any work. `lfbench <command> --help` works for
+every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
 
 from __future__ import annotations
