@@ -46,14 +46,14 @@ def read(
     # A line about a query topic/ does not have is a typo or a mixed-up file: an error, never
     # ignored (a judged passage missing from the corpus is one too, below).
     for where, raw in sub_lines:
-        _known_query(schema._ident(raw, where), topics, where, "sub-questions")
+        _known_query(schema.ident(raw, where), topics, where, "sub-questions")
     for qid, by_pid in judged.items():
         for pid, (_, where) in by_pid.items():
             _known_query(qid, topics, where, "a judgement", f"{qid}/{pid}")
     reports = {}
     if inputs.exists(posixpath.join(folder, "reports")):
         for where, raw in _jsonl(inputs, folder, "reports"):
-            ident = schema._ident(raw, where)
+            ident = schema.ident(raw, where)
             _known_query(ident, topics, where, "a report")
             reports[ident] = str(raw.get("report", "")) if isinstance(raw, dict) else ""
     runs: dict[str, dict[str, list[str]]] = {}

@@ -124,18 +124,27 @@ def _field(raw: Any, key: str, kind: type | tuple[type, ...], where: str, item: 
     return value
 
 
-def _ident(raw: Any, where: str, keys: Sequence[str] = ("id",)) -> str:
+def ident(raw: Any, where: str, keys: Sequence[str] = ("id",)) -> str:
+    """A line's id: a non-empty string or a whole number (null, true, 1.5 or "" is an error)."""
     for k in keys:
-        if isinstance(raw, dict) and isinstance(raw.get(k), str | int) and str(raw[k]):
-            return str(raw[k])
-    raise DataError("missing field", file=where, field=keys[0])
+        value = raw.get(k) if isinstance(raw, dict) else None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            continue
+        if str(value).strip():
+            return str(value)
+    present = isinstance(raw, dict) and any(k in raw for k in keys)
+    raise DataError(
+        "must be a non-empty string or a whole number" if present else "missing field",
+        file=where,
+        field=keys[0],
+    )
 
 
 def topics(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
     """query id -> (request, where)."""
     out: dict[str, tuple[str, str]] = {}
     for where, raw in lines:
-        qid = _ident(raw, where)
+        qid = ident(raw, where)
         text = _field(raw, "request", str, where, qid)
         if qid in out:
             raise DataError(f"query listed twice (first at {out[qid][1]})", file=where, item=qid)
@@ -147,7 +156,7 @@ def subquestions(lines: Sequence[tuple[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     first: dict[str, str] = {}
     for where, raw in lines:
-        qid = _ident(raw, where)
+        qid = ident(raw, where)
         if qid in first:
             raise DataError(f"query listed twice (first at {first[qid]})", file=where, item=qid)
         first[qid] = where
@@ -164,7 +173,7 @@ def judgements(lines: Sequence[tuple[str, Any]]) -> dict[str, dict[str, tuple[li
     """query id -> passage id -> (ratings, where)."""
     out: dict[str, dict[str, tuple[list[int], str]]] = {}
     for where, raw in lines:
-        qid = _ident(raw, where)
+        qid = ident(raw, where)
         pid = str(_field(raw, "docid", (str, int), where, qid))
         rating = _field(raw, "rating", (list, int), where, qid)
         ratings = rating if isinstance(rating, list) else [rating]
@@ -186,7 +195,7 @@ def corpus(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
     """passage id -> (text, where); a title, when given, leads the text."""
     out: dict[str, tuple[str, str]] = {}
     for where, raw in lines:
-        pid = _ident(raw, where, ("id", "_id", "docid"))
+        pid = ident(raw, where, ("id", "_id", "docid"))
         text = raw.get("contents", raw.get("text")) if isinstance(raw, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise DataError("missing or empty text", file=where, item=pid, field="contents")

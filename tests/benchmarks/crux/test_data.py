@@ -165,6 +165,23 @@ def test_construction_input_errors(tmp_path: Path) -> None:
         construction.sources(FileInputs(tmp_path).jsonl("mine.jsonl"))
 
 
+@pytest.mark.parametrize("ident", [None, True, 1.5, "", "  ", ["a"]])
+def test_an_id_that_is_not_a_string_or_whole_number_is_an_error(
+    tmp_path: Path, ident: object
+) -> None:
+    """`"id": null` was read as the id "None" (issue 26, point 5's class, in CRUX's inputs)."""
+    p = tmp_path / "mine.jsonl"
+    p.write_text(json.dumps({"id": ident, "reference": "R.", "documents": ["D."]}) + "\n")
+    with pytest.raises(DataError, match="must be a non-empty string or a whole number") as e:
+        construction.sources(FileInputs(tmp_path).jsonl("mine.jsonl"))
+    assert (e.value.file, e.value.field) == ("mine.jsonl:1", "id")
+    folder = _copy(tmp_path)
+    _rewrite(folder / "judgements/test.jsonl", 2, lambda r: r.update(id=ident))
+    with pytest.raises(DataError, match="must be a non-empty string or a whole number") as e:
+        read_layout(folder)
+    assert (e.value.file, e.value.field) == ("crux/judgements/test.jsonl:2", "id")
+
+
 def test_a_corpus_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
     """Issue 26, point 7: bad bytes are an error naming the file and line, not a traceback."""
     folder = _copy(tmp_path)
