@@ -4,6 +4,7 @@ from its judgement files, the rankings from its run files."""
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from collections.abc import Callable
 
@@ -12,6 +13,8 @@ from pipeline.benchmarks.crux.metrics import answerable, greedy_cover
 from pipeline.benchmarks.crux.schema import Collection, Passage, SubQuestion
 from pipeline.core.benchmark import Inputs
 from pipeline.core.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 def _jsonl(inputs: Inputs, folder: str, sub: str) -> list[tuple[str, object]]:
@@ -30,6 +33,29 @@ def _known_query(
             file=where,
             item=item or qid,
             field="id",
+        )
+
+
+def _unmatched(
+    name: str,
+    path: str,
+    run: dict[str, list[str]],
+    topics: dict[str, tuple[str, str]],
+    corpus: dict[str, tuple[str, str]],
+) -> None:
+    """A run ranks a whole collection: its lines for passages the corpus folder does not hold
+    (or queries topic/ does not have) are dropped, counted and said once per run file."""
+    queries = [q for q in run if q not in topics]
+    passages = sum(1 for q, ps in run.items() if q in topics for p in ps if p not in corpus)
+    if queries or passages:
+        log.warning(
+            "crux: run %s (%s): %d ranked passages not in the corpus dropped; %d queries not in"
+            " topic/ skipped%s",
+            name,
+            path,
+            passages,
+            len(queries),
+            f" (e.g. {queries[0]!r})" if queries else "",
         )
 
 
@@ -61,6 +87,7 @@ def read(
         for path in inputs.glob(posixpath.join(folder, "runs"), "*.run"):
             name = posixpath.basename(path).removesuffix(".run")
             runs[name] = schema.trec_run(inputs.text(path), path)
+            _unmatched(name, path, runs[name], topics, corpus)
     queries = []
     needed: set[str] = set()
     for qid, (request, where) in topics.items():

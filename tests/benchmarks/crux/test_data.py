@@ -192,3 +192,24 @@ def test_a_corpus_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> N
     with pytest.raises(DataError, match="not valid UTF-8") as e:
         read_layout(folder)
     assert (e.value.file, e.value.line) == ("crux/corpus/corpus.jsonl", 4)
+
+
+def test_run_lines_for_unknown_queries_or_passages_are_counted_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run file may rank passages the corpus folder does not hold: dropped, but counted and
+    said once per run file (issue 26: unknown ids are never ignored without a word)."""
+    with caplog.at_level("WARNING", logger="pipeline.benchmarks.crux.layout"):
+        read_layout(LAYOUT)
+    assert caplog.records == []
+    folder = _copy(tmp_path)
+    run = folder / "runs" / "first-stage.run"
+    run.write_text(run.read_text() + "q1 Q0 p77 6 0.5 first-stage\nq9 Q0 p1 1 1.0 first-stage\n")
+    with caplog.at_level("WARNING", logger="pipeline.benchmarks.crux.layout"):
+        col = read_layout(folder)
+    assert "p77" not in col.queries[0].rankings["first-stage"]
+    [record] = caplog.records
+    assert "run first-stage (crux/runs/first-stage.run): 1 ranked passages not in the corpus" in (
+        record.getMessage()
+    )
+    assert "1 queries not in topic/ skipped (e.g. 'q9')" in record.getMessage()
