@@ -80,7 +80,9 @@ def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path: Path) -> None:
     assert not (tmp_path / "scored.jsonl").exists()
 
 
-@pytest.mark.parametrize("where", ["a folder", "under a file", "a read-only folder"])
+@pytest.mark.parametrize(
+    "where", ["a folder", "under a file", "a read-only folder", "a pseudo file system"]
+)
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(
     tmp_path: Path, where: str
 ) -> None:
@@ -93,6 +95,11 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(
     elif where == "under a file":
         out = src / "scored.jsonl"
         match = "cannot write here"
+    elif where == "a pseudo file system":
+        if not Path("/proc/self").is_dir():
+            pytest.skip("no /proc here")
+        out = Path("/proc/lfbench-scored.jsonl")  # no file can be made there, even by root
+        match = "cannot write in /proc"
     else:
         if os.geteuid() == 0:
             pytest.skip("root writes into a read-only folder")
@@ -100,7 +107,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(
         ro.mkdir()
         ro.chmod(0o555)
         out = ro / "scored.jsonl"
-        match = "cannot write here"
+        match = "cannot write in"
     before = sorted(p.name for p in tmp_path.rglob("*"))
     with pytest.raises(DataError, match=match) as e:
         score_file(registry.get("crud_rag"), src, out)
