@@ -13,7 +13,9 @@
     lfbench report [--out DIR]             one HTML + markdown report of the current results
 
 Every error about bad input is printed as one line naming the file, item and field, and the
-command exits with status 2; a stage whose items partly failed exits with status 3.
+command exits with status 2; a stage whose items partly failed exits with status 3. Output files
+are checked as the command line is read, before any work. `lfbench <command> --help` works for
+every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
 
 from __future__ import annotations
@@ -61,10 +63,33 @@ def params_option(f: F) -> F:
     )(f)
 
 
+class OutputFile(click.Path):
+    """A file the command writes: checked when the command line is read, before any work (a
+    folder, or a place this process cannot write in, is a usage error naming the option)."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline.core.errors import DataError
+        from pipeline.core.io import check_output
+
+        path = super().convert(value, param, ctx)
+        try:
+            check_output(Path(os.fsdecode(path)))
+        except DataError as e:
+            self.fail(f"{e.reason} ({os.fsdecode(path)})", param, ctx)
+        return path
+
+
+OUTPUTS = ("--out", "--metrics", "--summary", "--report", "--plot")
+
+
 def path_option(flag: str, dest: str | None = None) -> Callable[[F], F]:
-    """A required path option (`--out`, `--dataset`, ...)."""
+    """A required path option (`--out`, `--dataset`, ...); an output file is checked first."""
     decls = (flag, dest) if dest else (flag,)
-    return click.option(*decls, type=click.Path(path_type=Path), required=True)
+    kind = OutputFile() if flag in OUTPUTS else click.Path(path_type=Path)
+    return click.option(*decls, type=kind, required=True)
 
 
 @click.group()
@@ -259,7 +284,7 @@ def stage_train_local_judge(
 @path_option("--metrics")
 @click.option(
     "--summary",
-    type=click.Path(path_type=Path),
+    type=OutputFile(),
     required=True,
     help="The headline numbers nested for dvc metrics diff.",
 )
@@ -322,8 +347,8 @@ def _agreement_options(f):  # type: ignore[no-untyped-def]
                 default=None,
                 help="The pipeline's judgements, for judge-vs-judge agreement.",
             ),
-            click.option("--report", type=click.Path(path_type=Path), default=None),
-            click.option("--plot", type=click.Path(path_type=Path), default=None),
+            click.option("--report", type=OutputFile(), default=None),
+            click.option("--plot", type=OutputFile(), default=None),
             click.option(
                 "--project-judges/--published-only",
                 default=True,
@@ -384,19 +409,44 @@ def agreement_command(**kwargs: Any) -> None:
     _run_agreement(**kwargs)
 
 
+HELP = ("--help", "-h")
+
+
+class _RunCommand(click.Command):
+    """`lfbench run` passes every option after the stage name to the stage, so click's own help
+    option is off; `--help` before the stage name (or alone) shows this command's help, and
+    after it the stage's (`lfbench run judge --help`), without reading params.yaml."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            if arg in HELP:
+                click.echo(ctx.get_help(), color=ctx.color)
+                ctx.exit(0)
+            if arg in STAGES:
+                break
+        return super().parse_args(ctx, args)
+
+
 @cli.command(
+    cls=_RunCommand,
     context_settings={
         "ignore_unknown_options": True,
         "allow_extra_args": True,
         "help_option_names": [],
-    }
+    },
 )
 @click.argument("stage_name", type=click.Choice(STAGES))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @params_option
 def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
-    """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this)."""
+    """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this).
+
+    ARGS are the stage's own options: `lfbench run STAGE --help` lists them."""
     from pipeline.tools import containers
+
+    if any(a in HELP for a in args):
+        stage.main(args=[stage_name, "--help"], prog_name="lfbench run", standalone_mode=False)
+        return
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
@@ -473,7 +523,7 @@ def image() -> None:
 @image.command("recipe")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=OutputFile(),
     default=Path("build/image.json"),
     show_default=True,
     help="Where to write the recipe (DVC output of the `image` stage).",
@@ -767,7 +817,7 @@ def report(out: Path, params_path: Path) -> None:
     required=True,
     help='JSONL lines {"id", "generation", "reference"}.',
 )
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="JSONL written back.")
+@click.option("--out", type=OutputFile(), required=True, help="JSONL written back.")
 def score(benchmark: str, src: Path, out: Path) -> None:
     """A benchmark's reference metrics on your own outputs, without the pipeline.
 

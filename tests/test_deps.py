@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+from pipeline.core.errors import ConfigError
 from pipeline.tools import deps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,14 @@ def test_suggest_gives_folder_level_deps() -> None:
     suggested = deps.suggest(ROOT, judge.files)
     assert "pipeline/benchmarks/long2rag" in suggested and "pipeline/stages" in suggested
     assert all(s in judge.deps for s in suggested)
+
+
+def test_a_module_that_does_not_parse_is_an_error_naming_it(tmp_path: Path) -> None:
+    """`lfbench check` follows imports through the code: a file with a syntax error is named
+    with its line (issue 26, point 9), not an ast traceback."""
+    pkg = tmp_path / "pipeline"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pipeline import broken\n", encoding="utf-8")
+    (pkg / "broken.py").write_text("x = 1\ndef oops(:\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"broken\.py, line 2: a syntax error"):
+        deps.closure(tmp_path, ["pipeline"])

@@ -53,3 +53,65 @@ def test_a_dvc_yaml_whose_last_key_is_not_stages_is_refused_untouched(tmp_path: 
         create("toy", root, root / "params.yaml", dvc)
     assert {p: p.read_bytes() for p in files} == files
     assert not (root / "pipeline" / "benchmarks" / "toy").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("class", "is a Python keyword"),
+        ("lambda", "is a Python keyword"),
+        ("b" * 65, "is 65 characters long; at most 64"),
+        ("b" * 300, "is 300 characters long"),
+        ("my-bench", "must match"),
+        ("Toy", "must match"),
+        ("9lives", "must match"),
+        ("benchmark", "would name a class Benchmark"),
+        ("judge", "would name a class JudgePrompts"),
+        ("item", "would name a class Item"),
+    ],
+)
+def test_a_name_python_or_the_file_system_cannot_hold_is_refused_before_writing(
+    tmp_path: Path, name: str, reason: str
+) -> None:
+    """Issue 26, point 9: `new-benchmark class` wrote a package that was a SyntaxError, a
+    300-character name an OSError half way."""
+    root = _project(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=reason):
+        create(name, root, root / "params.yaml", root / "dvc.yaml")
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_broken_benchmark_package_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lfbench check` imports every package: a package that cannot be imported is a clear
+    error naming it (and where), never a traceback."""
+    from pipeline.core import registry
+
+    pkg = tmp_path / "lfb_broken_benchmarks"
+    for sub, code, _ in BROKEN:
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text(code, encoding="utf-8")
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "PACKAGE", "lfb_broken_benchmarks")
+    registry.names.cache_clear()
+    try:
+        assert registry.names() == tuple(sorted(sub for sub, _, _ in BROKEN))
+        for sub, _, reason in BROKEN:
+            with pytest.raises(ConfigError) as e:
+                registry.get(sub)
+            assert f"benchmark package lfb_broken_benchmarks.{sub} cannot be imported" in str(
+                e.value
+            )
+            assert reason in str(e.value) and "line 2" in str(e.value)
+    finally:
+        registry.names.cache_clear()
+
+
+BROKEN = [
+    ("syntax", "x = 1\nfrom pipeline.benchmarks.class.benchmark import Class\n", "syntax error"),
+    ("imports", "x = 1\nfrom pipeline.core.benchmark import Nothing\n", "ImportError"),
+    ("raises", "x = 1\nraise RuntimeError('half written')\n", "RuntimeError: half written"),
+]

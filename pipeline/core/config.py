@@ -13,6 +13,7 @@ DVC dependencies cover); `load_params(path)` validates everything (`lfbench chec
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,13 +32,50 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline.core.errors import ConfigError, format_loc
+from pipeline.core.errors import ConfigError, DataError, format_loc
+from pipeline.core.io import read_text
 from pipeline.core.types import EndpointConfig
 
 if TYPE_CHECKING:
     from pipeline.core.benchmark import AnyBenchmark
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A models/judges entry name becomes a DVC stage name, a params path (`models.<name>`), a file
+# and folder name (generations/<benchmark>/<name>.jsonl, the journal) and an MLflow tag.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
+# 64: a judge stage's journal is named <benchmark>-judge_<model>-<judge>.embeddings.jsonl, and
+# with each name at most 64 characters (new-benchmark's limit too) that stays under the 255 bytes
+# a file name can have.
+NAME_MAX = 64
+
+
+def name_problem(name: str) -> str | None:
+    """Why a models/judges entry name cannot be used (None: it can), in the user's terms."""
+    if not name:
+        return "is empty"
+    if len(name) > NAME_MAX:
+        return (
+            f"is {len(name)} characters long; at most {NAME_MAX} (it becomes a file name, which"
+            " the file system limits)"
+        )
+    if "." in name:
+        return (
+            "has a dot, which DVC reads as nesting (models.gpt-4.1 would be key 1 under"
+            " models.gpt-4); write it with - or _ (gpt-4-1)"
+        )
+    if "/" in name or "\\" in name:
+        return "has a path separator (it becomes a file name)"
+    if any(c.isspace() for c in name):
+        return "has whitespace (it becomes a DVC stage name and a file name)"
+    if name[0] == "-":
+        return "starts with -, which a command line reads as an option"
+    if not NAME_RE.match(name):
+        return (
+            f"must match {NAME_RE.pattern}: letters, digits, _ and - (it becomes a DVC stage"
+            " name and a file name)"
+        )
+    return None
+
+
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -56,7 +94,11 @@ def known(label: str, names: Iterable[str], allowed: Iterable[str]) -> None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """The base of every params model: unknown keys refused, and no NaN or infinity in a float
+    (`.nan`/`.inf` in YAML would reach the wire or a threshold silently). Subclasses that set
+    their own model_config keep these (pydantic merges configs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- models under test
@@ -293,6 +335,12 @@ def owner_of(provider: str) -> str | None:
     return head if sep and head in registry.names() else None
 
 
+_TAGS = {
+    "models": {*CORE_MODEL_PROVIDERS, "owned"},
+    "judges": {*CORE_JUDGE_PROVIDERS, "owned"},
+}
+
+
 def _tagger(core: Mapping[str, type[BaseModel]]) -> Callable[[Any], str | None]:
     def tag(value: Any) -> str | None:
         provider = (
@@ -392,17 +440,20 @@ class Params(Strict):
                 raise ValueError(f"{var!r} is not a valid environment variable name")
         return names
 
+    @field_validator("models", "judges", mode="before")
+    @classmethod
+    def _check_entry_names(cls, entries: Any) -> Any:
+        for name in entries if isinstance(entries, dict) else ():
+            problem = name_problem(name) if isinstance(name, str) else "is not a string"
+            if problem is not None:
+                shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + "..."
+                raise ValueError(f"entry name {shown!r} {problem}")
+        return entries
+
     @model_validator(mode="after")
     def _check_names(self) -> Params:
         from pipeline.core import registry
 
-        for kind, names in (("models", self.models), ("judges", self.judges)):
-            for name in names:
-                if not NAME_RE.match(name):
-                    raise ValueError(
-                        f"{kind} name {name!r} must match {NAME_RE.pattern} "
-                        "(it becomes a DVC stage name and a file name)"
-                    )
         for key in self.model_extra or {}:
             if key not in registry.names():
                 raise ValueError(
@@ -457,8 +508,13 @@ def load_yaml(path: Path) -> Any:
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
     try:
-        with path.open(encoding="utf-8") as f:
-            return yaml.load(f, Loader=_UniqueKeyLoader)
+        text = read_text(path)
+    except DataError as e:
+        raise ConfigError(str(e)) from e
+    stream = io.StringIO(text)
+    stream.name = str(path)  # named in the loader's marks (a duplicate key's line)
+    try:
+        return yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
 
@@ -469,7 +525,10 @@ def _invalid(
     lines = []
     for err in e.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
-        lines.append(f"  {format_loc(prefix + tuple(err['loc']))}: {msg}")
+        loc = prefix + tuple(err["loc"])
+        if len(loc) > 2 and loc[0] in ("models", "judges") and loc[2] in _TAGS[str(loc[0])]:
+            loc = loc[:2] + loc[3:]  # models.q.temperature, not the union's models.q.openai...
+        lines.append(f"  {format_loc(loc)}: {msg}")
     return ConfigError(f"{path} is invalid:\n" + "\n".join(lines))
 
 

@@ -30,14 +30,18 @@ class DataError(LfbenchError):
         file: str | None = None,
         item: str | None = None,
         field: str | None = None,
+        line: int | None = None,
     ) -> None:
         self.file = file
         self.item = item
         self.field = field
+        self.line = line
         self.reason = message
         where = []
         if file:
             where.append(f"file {file}")
+        if line is not None:
+            where.append(f"line {line}")
         if item:
             where.append(f"item {item}")
         if field:

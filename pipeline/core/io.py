@@ -78,6 +78,26 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def check_output(path: Path) -> None:
+    """An output file can be written at `path`: not a folder, and the nearest folder that
+    exists on its way is a folder a file can be made in (the missing folders are made when the
+    output is written). Called before the work the output is for, so a bad path fails at once;
+    it leaves nothing behind."""
+    if path.is_dir():
+        raise DataError("is a folder; name a file to write", file=str(path))
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DataError(f"cannot write here: {parent} is a file, not a folder", file=str(path))
+    try:  # a file made and removed at once: permissions, a read-only or pseudo file system
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".lfbench-probe.", suffix=".tmp")
+        os.close(fd)
+        Path(probe).unlink()
+    except OSError as e:
+        raise DataError(f"cannot write in {parent}: {e.strerror or e}", file=str(path)) from e
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
@@ -98,11 +118,55 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
+def _bad_utf8(data: bytes, e: UnicodeDecodeError, file: str, first_line: int = 1) -> DataError:
+    line = first_line + data.count(b"\n", 0, e.start)
+    column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+    return DataError(
+        f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column})", file=file, line=line
+    )
+
+
+def read_text(path: Path, shown: str | None = None) -> str:
+    """A text input, decoded as UTF-8: bad bytes or an unreadable path (a folder, no permission)
+    are a DataError naming the file (as `shown`, default the path) and the line, never a
+    UnicodeDecodeError or OSError traceback."""
+    file = str(path) if shown is None else shown
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise DataError("file not found", file=file) from e
+    except OSError as e:
+        raise DataError(f"cannot read: {e.strerror or e}", file=file) from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _bad_utf8(data, e, file) from None
+
+
+def iter_lines(path: Path, shown: str | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line of a text input, as the file counts them (split at
+    newline bytes only: a U+2028 inside a JSON string does not end a line), decoded as UTF-8
+    with the same errors as `read_text`."""
+    file = str(path) if shown is None else shown
+    try:
+        f = path.open("rb")
+    except FileNotFoundError as e:
+        raise DataError("file not found", file=file) from e
+    except OSError as e:
+        raise DataError(f"cannot read: {e.strerror or e}", file=file) from e
+    with f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _bad_utf8(raw, e, file, lineno) from None
+
+
 def read_json(path: Path) -> Any:
     if not path.exists():
         raise DataError("file not found", file=str(path))
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise DataError(
             f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=str(path)
@@ -131,21 +195,20 @@ def iter_jsonl_lines(path: Path, model: type[M]) -> Iterator[tuple[str, M]]:
     """`(<file>:<line>, record)` for every non-blank line (lines counted as in the file)."""
     if not path.exists():
         raise DataError("file not found", file=str(path))
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"not valid JSON ({e.msg})", file=f"{path}:{lineno}") from e
-            try:
-                record = model.model_validate(raw)
-            except ValidationError as e:
-                field, msg = first_error(e)
-                item = raw.get("item_id") if isinstance(raw, dict) else None
-                raise DataError(msg, file=f"{path}:{lineno}", item=item, field=field) from e
-            yield f"{path}:{lineno}", record
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"not valid JSON ({e.msg})", file=f"{path}:{lineno}") from e
+        try:
+            record = model.model_validate(raw)
+        except ValidationError as e:
+            field, msg = first_error(e)
+            item = raw.get("item_id") if isinstance(raw, dict) else None
+            raise DataError(msg, file=f"{path}:{lineno}", item=item, field=field) from e
+        yield f"{path}:{lineno}", record
 
 
 def read_jsonl(path: Path, model: type[M]) -> list[M]:

@@ -12,7 +12,8 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.io import read_text
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,10 @@ def load_prompt(path: str | Path, root: Path | None = None) -> Prompt:
         p = root / p
     if not p.is_file():
         raise ConfigError(f"{path}: prompt file not found")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = read_text(p, str(path))
+    except DataError as e:
+        raise ConfigError(f"prompt {e}") from e
     return Prompt(str(path), text, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import traceback
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -49,12 +50,31 @@ def register(benchmark: AnyBenchmark) -> AnyBenchmark:
     return benchmark
 
 
+def _import(name: str) -> None:
+    """Import a benchmark package; a package that cannot be imported (a SyntaxError, an import
+    that fails, an error raised at import) is a ConfigError naming the package and where."""
+    module = f"{PACKAGE}.{name}"
+    try:
+        importlib.import_module(module)
+    except SyntaxError as e:
+        raise ConfigError(
+            f"benchmark package {module} cannot be imported: a syntax error in {e.filename},"
+            f" line {e.lineno}: {e.msg}"
+        ) from e
+    except Exception as e:  # any error at import: the user's package is broken, say which
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        raise ConfigError(
+            f"benchmark package {module} cannot be imported: {type(e).__name__}: {e}"
+            f" (at {frame.filename}, line {frame.lineno})"
+        ) from e
+
+
 def get(name: str) -> AnyBenchmark:
     """The registered benchmark `name`, importing its package on first use."""
     if name not in _REGISTRY:
         if name not in names():
             raise ConfigError(f"unknown benchmark {name!r}; known: {', '.join(names())}")
-        importlib.import_module(f"{PACKAGE}.{name}")
+        _import(name)
         if name not in _REGISTRY:
             raise ConfigError(
                 f"package {PACKAGE}.{name} registers no benchmark named {name!r}"

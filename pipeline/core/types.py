@@ -20,7 +20,8 @@ LOCAL_EMBEDDING_MODEL = (
 class EndpointConfig(BaseModel):
     """One OpenAI-compatible endpoint and model, with its sampling and client settings."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: a `.nan` temperature or price must not reach the wire or the cost.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     base_url: str
     model: str

@@ -25,7 +25,7 @@ from pipeline import __version__
 from pipeline.core.benchmark import AnyBenchmark, Context, Run
 from pipeline.core.config import Params
 from pipeline.core.errors import DataError, StageFailed
-from pipeline.core.io import read_json, read_jsonl, read_jsonl_lines
+from pipeline.core.io import iter_lines, read_json, read_jsonl, read_jsonl_lines, read_text
 from pipeline.core.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
 from pipeline.core.prompts import load_prompt
 from pipeline.core.types import UsageReport
@@ -86,7 +86,7 @@ class FileInputs:
         if not p.exists():
             raise DataError("file not found", file=path)
         try:
-            return json.loads(p.read_text(encoding="utf-8"))
+            return json.loads(read_text(p, path))
         except json.JSONDecodeError as e:
             raise DataError(
                 f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=path
@@ -96,7 +96,7 @@ class FileInputs:
         p = self._path(path)
         if not p.is_file():
             raise DataError("file not found", file=path)
-        return p.read_text(encoding="utf-8")
+        return read_text(p, path)
 
     def glob(self, folder: str, pattern: str) -> list[str]:
         p = self._path(folder)
@@ -109,15 +109,14 @@ class FileInputs:
         if not p.exists():
             raise DataError("file not found", file=path)
         out = []
-        with p.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    out.append((where, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"not valid JSON ({e.msg})", file=where) from e
+        for lineno, line in iter_lines(p, path):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                out.append((where, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise DataError(f"not valid JSON ({e.msg})", file=where) from e
         return out
 
 

@@ -23,6 +23,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.errors import ConfigError
+from pipeline.core.io import read_text
+
 PACKAGE = "pipeline"
 STAGE_MODULES = {
     "construct": "pipeline.stages.construct",
@@ -47,7 +50,10 @@ def module_path(root: Path, module: str) -> Path | None:
 
 @cache
 def _tree(path: Path, mtime_ns: int) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    try:
+        return ast.parse(read_text(path), filename=str(path))
+    except SyntaxError as e:
+        raise ConfigError(f"{path}, line {e.lineno}: a syntax error ({e.msg})") from e
 
 
 def _imports(root: Path, module: str, path: Path, top_level_only: bool) -> set[str]:

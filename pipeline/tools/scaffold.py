@@ -8,6 +8,8 @@ package by itself. Then `dvc repro NAME-aggregate` runs it end to end.
 
 from __future__ import annotations
 
+import ast
+import keyword
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +20,7 @@ from pipeline.core.errors import ConfigError
 
 TEMPLATE = "_template"
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME_MAX = 64
 SNIPPETS = ("params.snippet.yaml", "dvc.snippet.yaml")
 TEXT = (".py", ".txt", ".md", ".yaml")
 
@@ -49,14 +52,54 @@ def _appended(path: Path, text: str, name: str) -> str:
     return new
 
 
+def _template_names(source: Path) -> set[str]:
+    """The names the template's modules define or import at top level: those it renames (the
+    class `Template`, `TemplateParams`, ...) must not become one of the others."""
+    names: set[str] = set()
+    for path in source.glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names |= {a.asname or a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ClassDef | ast.FunctionDef):
+                names.add(node.name)
+    return names
+
+
+def check_name(name: str, source: Path) -> None:
+    """A name the package, its class, its DVC stages and its params section can all hold:
+    refused (before anything is written) with the reason."""
+    shown = name if len(name) <= 40 else name[:40] + "..."
+    if not NAME_RE.match(name):
+        raise ConfigError(
+            f"benchmark name {shown!r} must match {NAME_RE.pattern} (a Python package name)"
+        )
+    if len(name) > NAME_MAX:
+        raise ConfigError(
+            f"benchmark name {shown!r} is {len(name)} characters long; at most {NAME_MAX}"
+            " (it becomes folder, file and stage names)"
+        )
+    if keyword.iskeyword(name):
+        raise ConfigError(
+            f"benchmark name {name!r} is a Python keyword: pipeline.benchmarks.{name} could not"
+            " be imported"
+        )
+    names = _template_names(source)
+    kept = {n for n in names if "Template" not in n}
+    clash = sorted({renamed(n, name) for n in names if "Template" in n} & kept)
+    if clash:
+        raise ConfigError(
+            f"benchmark name {name!r} would name a class {clash[0]}, which the template's code"
+            " already uses for something else; choose another name"
+        )
+
+
 def create(
     name: str, root: Path, params_path: Path | None = None, dvc_file: Path | None = None
 ) -> list[str]:
     """Create the package (and wire it when paths are given); the lines to tell the user."""
-    if not NAME_RE.match(name):
-        raise ConfigError(f"benchmark name {name!r} must match {NAME_RE.pattern}")
     benchmarks = root / "pipeline" / "benchmarks"
     source, dest = benchmarks / TEMPLATE, benchmarks / name
+    check_name(name, source)
     if dest.exists():
         raise ConfigError(f"{dest} already exists")
     params = yaml.safe_load(params_path.read_text(encoding="utf-8")) if params_path else {}

@@ -3,6 +3,8 @@ own package, the providers a package defines, and partial loading for one benchm
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -147,5 +149,133 @@ def test_model_name_must_be_a_safe_stage_name(tmp_path: Path) -> None:
         "  published: {provider: published}",
         "  published: {provider: published}\n  'my model': {provider: published}",
     )
-    with pytest.raises(ConfigError, match="'my model' must match"):
+    with pytest.raises(ConfigError, match="'my model' has whitespace"):
         load_params(_params_file(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "reason"),
+    [
+        ("models", "gpt-4.1", "has a dot, which DVC reads as nesting"),
+        ("judges", "judge.v2", "has a dot, which DVC reads as nesting"),
+        ("models", ".hidden", "has a dot"),
+        ("models", "team/gpt", "has a path separator"),
+        ("judges", "a\\b", "has a path separator"),
+        ("models", "tab\tname", "has whitespace"),
+        ("models", "-rf", "starts with -"),
+        ("models", "x" * 65, "is 65 characters long; at most 64"),
+        ("judges", "j" * 300, "is 300 characters long"),
+        ("models", "caf\u00e9", "must match"),
+        ("models", "", "is empty"),
+    ],
+)
+def test_an_entry_name_that_dvc_files_or_python_cannot_hold_is_refused_with_the_reason(
+    kind: str, name: str, reason: str
+) -> None:
+    """Issue 26, point 9 (and issue 25, point 7): the name becomes a DVC stage and params path,
+    file names and the journal's path; refused at check, with why."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    raw[kind][name] = {"provider": "published"}
+    with pytest.raises(ConfigError, match=re.escape(reason)) as e:
+        validate_params(raw)
+    assert f"\n  {kind}: entry name " in str(e.value)
+
+
+def test_every_entry_name_in_use_is_still_valid() -> None:
+    """The names params.yaml, the template and the tests use (a stricter rule must not break
+    them)."""
+    from pipeline.core.config import name_problem
+
+    names = ["published-gpt-4o", "crud-text", "l2r-lead", "l2r-overlap", "crux-contexts",
+             "crux-labels", "published", "lead", "extractive", "local", "smol-judge", "p",
+             "toy-llm", "sweep-judge", "llm-batch", "gemini-oracle", "_template", "a_b",
+             "x" * 64]  # fmt: skip
+    assert {n: name_problem(n) for n in names} == dict.fromkeys(names)
+
+
+ENDPOINT = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
+OPENAI = {"provider": "openai", **ENDPOINT}
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        (("models", "q", "temperature"), {"models": {"q": OPENAI}}),
+        (("models", "q", "top_p"), {"models": {"q": OPENAI}}),
+        (("models", "q", "price_input_per_1m"), {"models": {"q": OPENAI}}),
+        (("judges", "j", "timeout_s"), {"judges": {"j": OPENAI}}),
+        (("judges", "crud-text", "embedding", "temperature"),
+         {"judges": {"crud-text": {"provider": "crud_rag-text", "embedding": ENDPOINT}}}),
+        (("judges", "local", "train", "c"), {}),
+        (("judges", "l2r-overlap", "full"), {}),
+        (("crux", "scoring", "w"), {}),
+        (("crux", "scoring", "alpha"), {}),
+        (("long2rag", "construction", "threshold"), {}),
+        (("summhay", "scoring", "partial_credit"), {}),
+    ],
+)  # fmt: skip
+def test_a_non_finite_float_is_refused_anywhere_in_params(
+    path: tuple[str, ...], extra: dict[str, Any], value: str
+) -> None:
+    """`.nan` / `.inf` in any float of params.yaml is an error naming the key (issue 26, point 2):
+    one config (allow_inf_nan=False) on the bases every params model derives from."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    for section, entries in copy.deepcopy(extra).items():
+        raw[section].update(entries)
+    node = raw
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = yaml.safe_load(value)
+    with pytest.raises(ConfigError) as e:
+        validate_params(raw)
+    where = r"\.(?:[^.\s]+\.)?".join(map(re.escape, path))  # (a union's member may follow)
+    assert re.search(where + ": Input should be a finite number", str(e.value)), str(e.value)
+
+
+def test_every_params_model_refuses_non_finite_floats() -> None:
+    """The class behind point 2 of issue 26: every model reachable from a benchmark's section or
+    a provider it defines (and the core entries) has allow_inf_nan=False, so a new package's
+    params inherit it from Strict / EndpointConfig or this fails."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from pipeline.core import config, registry
+
+    roots: list[type[BaseModel]] = [config.Params, *config.CORE_MODEL_PROVIDERS.values()]
+    roots += config.CORE_JUDGE_PROVIDERS.values()
+    for bench in registry.load_all():
+        roots += [bench.params_model, *bench.model_specs, *bench.judge_specs]
+    seen: set[type[BaseModel]] = set()
+
+    def walk(tp: Any) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp in seen:
+                return
+            seen.add(tp)
+            for field in tp.model_fields.values():
+                walk(field.annotation)
+        for arg in typing.get_args(tp):
+            walk(arg)
+
+    for root in roots:
+        walk(root)
+    assert len(seen) > 30
+    lax = sorted(m.__name__ for m in seen if m.model_config.get("allow_inf_nan") is not False)
+    assert not lax, f"params models that accept NaN/inf: {lax}"
+
+
+def test_the_longest_names_still_make_file_names_a_file_system_holds(tmp_path: Path) -> None:
+    """The entry and benchmark name limits keep every derived file name under 255 bytes (a
+    300-character model name used to pass check and fail in the journal's path)."""
+    from pipeline.core.config import NAME_MAX
+    from pipeline.stages.common import judge_stage, llm_paths
+    from pipeline.tools.scaffold import NAME_MAX as BENCH_MAX
+
+    stage = judge_stage("b" * BENCH_MAX, "m" * NAME_MAX, "j" * NAME_MAX)
+    journal = llm_paths(tmp_path, stage)[1]
+    for path in (journal, journal.with_suffix(".embeddings.jsonl")):
+        assert len(f".{path.name}.12345678.tmp".encode()) <= 255
+    (journal.parent).mkdir(parents=True)
+    journal.with_suffix(".embeddings.jsonl").write_text("", encoding="utf-8")  # it can be made

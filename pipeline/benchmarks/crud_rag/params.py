@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.config import BenchmarkParams, OwnedJudge, PromptFiles, Strict, no_repeats
 from pipeline.core.types import EndpointConfig
@@ -74,6 +74,17 @@ class Knobs(Strict):
         return self.chunk_size * self.chunk_overlap // 100
 
 
+def _vary(base: Knobs, entry: str, **update: object) -> Knobs:
+    """The base with some knobs changed, validated (model_copy would skip the checks)."""
+    try:
+        return Knobs.model_validate({**base.model_dump(), **update})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        raise ValueError(f"grid {entry} gives an invalid setting: {problems}") from None
+
+
 class Grid(Strict):
     """The knob study: one factor at a time around `base` (the paper's Tables 3-7)."""
 
@@ -90,24 +101,34 @@ class Grid(Strict):
     )
 
     def settings(self) -> list[tuple[str, Knobs]]:
-        """(the knob that varies, its setting) for every distinct setting, the base first."""
+        """(the knob that varies, its setting) for every distinct setting, the base first.
+
+        Each setting is validated as a `Knobs` (top_k >= 1, chunk_size >= 8, overlap < 100):
+        a bad value raises ValueError naming the grid entry (checked at load, see _settings)."""
         b = self.base
         out: list[tuple[str, Knobs]] = [("base", b)]
         seen = {b}
         variants: list[tuple[str, Knobs]] = []
         for size, k in self.chunk:
-            variants.append(("chunk_size", b.model_copy(update={"chunk_size": size, "top_k": k})))
+            variants.append(
+                ("chunk_size", _vary(b, f"chunk: [{size}, {k}]", chunk_size=size, top_k=k))
+            )
         for ov in self.chunk_overlap:
-            variants.append(("chunk_overlap", b.model_copy(update={"chunk_overlap": ov})))
+            variants.append(("chunk_overlap", _vary(b, f"chunk_overlap: {ov}", chunk_overlap=ov)))
         for r in self.retriever:
-            variants.append(("retriever", b.model_copy(update={"retriever": r})))
+            variants.append(("retriever", _vary(b, f"retriever: {r}", retriever=r)))
         for k in self.top_k:
-            variants.append(("top_k", b.model_copy(update={"top_k": k})))
+            variants.append(("top_k", _vary(b, f"top_k: {k}", top_k=k)))
         for knob, s in variants:
             if s not in seen:
                 seen.add(s)
                 out.append((knob, s))
         return out
+
+    @model_validator(mode="after")
+    def _settings(self) -> Grid:
+        self.settings()  # every derived setting must be a valid Knobs
+        return self
 
     @field_validator("chunk_overlap", "top_k")
     @classmethod

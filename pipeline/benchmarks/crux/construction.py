@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.benchmarks.crux import schema
 from pipeline.benchmarks.crux.judging import parse_rating
 from pipeline.benchmarks.crux.metrics import answerable, greedy_cover
 from pipeline.benchmarks.crux.schema import Collection, Passage, Query, SubQuestion
@@ -44,9 +45,7 @@ class Source:
 def sources(lines: Sequence[tuple[str, Any]]) -> list[Source]:
     out, seen = [], set()
     for where, raw in lines:
-        ident = str(raw.get("id", "")) if isinstance(raw, dict) else ""
-        if not ident:
-            raise DataError("missing field", file=where, field="id")
+        ident = schema.ident(raw, where)
         if ident in seen:
             raise DataError("id used twice", file=where, item=ident, field="id")
         seen.add(ident)

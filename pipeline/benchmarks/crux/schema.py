@@ -124,18 +124,27 @@ def _field(raw: Any, key: str, kind: type | tuple[type, ...], where: str, item: 
     return value
 
 
-def _ident(raw: Any, where: str, keys: Sequence[str] = ("id",)) -> str:
+def ident(raw: Any, where: str, keys: Sequence[str] = ("id",)) -> str:
+    """A line's id: a non-empty string or a whole number (null, true, 1.5 or "" is an error)."""
     for k in keys:
-        if isinstance(raw, dict) and isinstance(raw.get(k), str | int) and str(raw[k]):
-            return str(raw[k])
-    raise DataError("missing field", file=where, field=keys[0])
+        value = raw.get(k) if isinstance(raw, dict) else None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            continue
+        if str(value).strip():
+            return str(value)
+    present = isinstance(raw, dict) and any(k in raw for k in keys)
+    raise DataError(
+        "must be a non-empty string or a whole number" if present else "missing field",
+        file=where,
+        field=keys[0],
+    )
 
 
 def topics(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
     """query id -> (request, where)."""
     out: dict[str, tuple[str, str]] = {}
     for where, raw in lines:
-        qid = _ident(raw, where)
+        qid = ident(raw, where)
         text = _field(raw, "request", str, where, qid)
         if qid in out:
             raise DataError(f"query listed twice (first at {out[qid][1]})", file=where, item=qid)
@@ -145,8 +154,12 @@ def topics(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
 
 def subquestions(lines: Sequence[tuple[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
     for where, raw in lines:
-        qid = _ident(raw, where)
+        qid = ident(raw, where)
+        if qid in first:
+            raise DataError(f"query listed twice (first at {first[qid]})", file=where, item=qid)
+        first[qid] = where
         qs = _field(raw, "subquestions", list, where, qid)
         if not all(isinstance(q, str) and q.strip() for q in qs):
             raise DataError(
@@ -160,13 +173,19 @@ def judgements(lines: Sequence[tuple[str, Any]]) -> dict[str, dict[str, tuple[li
     """query id -> passage id -> (ratings, where)."""
     out: dict[str, dict[str, tuple[list[int], str]]] = {}
     for where, raw in lines:
-        qid = _ident(raw, where)
+        qid = ident(raw, where)
         pid = str(_field(raw, "docid", (str, int), where, qid))
         rating = _field(raw, "rating", (list, int), where, qid)
         ratings = rating if isinstance(rating, list) else [rating]
         if not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r <= 5 for r in ratings):
             raise DataError(
                 "ratings are whole numbers 0 to 5", file=where, item=f"{qid}/{pid}", field="rating"
+            )
+        if pid in out.get(qid, {}):
+            raise DataError(
+                f"this query and passage are judged twice (first at {out[qid][pid][1]})",
+                file=where,
+                item=f"{qid}/{pid}",
             )
         out.setdefault(qid, {})[pid] = (list(ratings), where)
     return out
@@ -176,10 +195,12 @@ def corpus(lines: Sequence[tuple[str, Any]]) -> dict[str, tuple[str, str]]:
     """passage id -> (text, where); a title, when given, leads the text."""
     out: dict[str, tuple[str, str]] = {}
     for where, raw in lines:
-        pid = _ident(raw, where, ("id", "_id", "docid"))
+        pid = ident(raw, where, ("id", "_id", "docid"))
         text = raw.get("contents", raw.get("text")) if isinstance(raw, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise DataError("missing or empty text", file=where, item=pid, field="contents")
+        if pid in out:
+            raise DataError(f"passage listed twice (first at {out[pid][1]})", file=where, item=pid)
         title = raw.get("title") or ""
         out[pid] = ((f"{title.strip()}\n" if str(title).strip() else "") + text.strip(), where)
     return out

@@ -15,6 +15,7 @@ from pipeline.benchmarks.crud_rag.params import Grid, Knobs
 from pipeline.benchmarks.crud_rag.text import chunks, sentences
 from pipeline.core.benchmark import Run
 from pipeline.core.config import OpenAIModel
+from pipeline.core.errors import ConfigError
 from pipeline.core.records import Generation
 from tests.benchmarks.crud_rag.helpers import ctx
 
@@ -31,6 +32,27 @@ def test_the_default_grid_is_the_papers_one_factor_at_a_time_study() -> None:
     )
     with pytest.raises(ValueError, match="listed twice"):
         Grid(top_k=[2, 2])
+
+
+@pytest.mark.parametrize(
+    ("grid", "named"),
+    [
+        ({"top_k": [-1]}, "top_k: -1"),
+        ({"top_k": [0]}, "top_k: 0"),
+        ({"chunk": [[0, 3]]}, "chunk: [0, 3]"),
+        ({"chunk": [[64, 0]]}, "chunk: [64, 0]"),
+        ({"chunk_overlap": [150]}, "chunk_overlap: 150"),
+    ],
+)
+def test_a_grid_value_that_makes_an_invalid_setting_is_refused_at_check(
+    grid: dict[str, object], named: str
+) -> None:
+    """Every derived setting is validated as Knobs (issue 26, point 1): not only the base."""
+    with pytest.raises(ConfigError, match=r"crud_rag\.grid") as e:
+        ctx(grid=grid)
+    assert f"grid {named} gives an invalid setting" in str(e.value)
+    with pytest.raises(ValueError, match="invalid setting"):
+        Grid(**grid)  # type: ignore[arg-type]
 
 
 def test_chunks_pack_sentences_and_carry_the_overlap() -> None:

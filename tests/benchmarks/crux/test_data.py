@@ -80,10 +80,16 @@ def _rewrite(path: Path, line: int, edit: Any) -> None:
             "subquestions",
         ),
         ("corpus/corpus.jsonl", 3, lambda r: r.update(contents="  "), "p3", "contents"),
+        # lines about a query topic/ does not have, and repeated lines (issue 26, point 6)
+        ("judgements/test.jsonl", 4, lambda r: r.update(id="q9"), "q9/p4", "id"),
+        ("judgements/test.jsonl", 5, lambda r: r.update(id="q3", docid="p99"), "q3/p99", "id"),
+        ("judgements/test.jsonl", 4, lambda r: r.update(docid="p3"), "q1/p3", None),
+        ("subtopics/test.jsonl", 2, lambda r: r.update(id="q9"), "q9", "id"),
+        ("corpus/corpus.jsonl", 6, lambda r: r.update(id="p5"), "p5", None),
     ],
 )
 def test_layout_errors_name_file_line_item_and_field(
-    tmp_path: Path, file: str, line: int, edit: Any, item: str, field: str
+    tmp_path: Path, file: str, line: int, edit: Any, item: str, field: str | None
 ) -> None:
     folder = _copy(tmp_path)
     _rewrite(folder / file, line, edit)
@@ -157,3 +163,53 @@ def test_construction_input_errors(tmp_path: Path) -> None:
     p.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n")
     with pytest.raises(DataError, match="id used twice"):
         construction.sources(FileInputs(tmp_path).jsonl("mine.jsonl"))
+
+
+@pytest.mark.parametrize("ident", [None, True, 1.5, "", "  ", ["a"]])
+def test_an_id_that_is_not_a_string_or_whole_number_is_an_error(
+    tmp_path: Path, ident: object
+) -> None:
+    """`"id": null` was read as the id "None" (issue 26, point 5's class, in CRUX's inputs)."""
+    p = tmp_path / "mine.jsonl"
+    p.write_text(json.dumps({"id": ident, "reference": "R.", "documents": ["D."]}) + "\n")
+    with pytest.raises(DataError, match="must be a non-empty string or a whole number") as e:
+        construction.sources(FileInputs(tmp_path).jsonl("mine.jsonl"))
+    assert (e.value.file, e.value.field) == ("mine.jsonl:1", "id")
+    folder = _copy(tmp_path)
+    _rewrite(folder / "judgements/test.jsonl", 2, lambda r: r.update(id=ident))
+    with pytest.raises(DataError, match="must be a non-empty string or a whole number") as e:
+        read_layout(folder)
+    assert (e.value.file, e.value.field) == ("crux/judgements/test.jsonl:2", "id")
+
+
+def test_a_corpus_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
+    """Issue 26, point 7: bad bytes are an error naming the file and line, not a traceback."""
+    folder = _copy(tmp_path)
+    path = folder / "corpus" / "corpus.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b"Local", b"Loc\xe9l")  # Latin-1, not UTF-8
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(DataError, match="not valid UTF-8") as e:
+        read_layout(folder)
+    assert (e.value.file, e.value.line) == ("crux/corpus/corpus.jsonl", 4)
+
+
+def test_run_lines_for_unknown_queries_or_passages_are_counted_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run file may rank passages the corpus folder does not hold: dropped, but counted and
+    said once per run file (issue 26: unknown ids are never ignored without a word)."""
+    with caplog.at_level("WARNING", logger="pipeline.benchmarks.crux.layout"):
+        read_layout(LAYOUT)
+    assert caplog.records == []
+    folder = _copy(tmp_path)
+    run = folder / "runs" / "first-stage.run"
+    run.write_text(run.read_text() + "q1 Q0 p77 6 0.5 first-stage\nq9 Q0 p1 1 1.0 first-stage\n")
+    with caplog.at_level("WARNING", logger="pipeline.benchmarks.crux.layout"):
+        col = read_layout(folder)
+    assert "p77" not in col.queries[0].rankings["first-stage"]
+    [record] = caplog.records
+    assert "run first-stage (crux/runs/first-stage.run): 1 ranked passages not in the corpus" in (
+        record.getMessage()
+    )
+    assert "1 queries not in topic/ skipped (e.g. 'q9')" in record.getMessage()
