@@ -199,7 +199,11 @@ def test_headline_first_then_details_agreement_and_lineage_last(committed: Any) 
     for judge in ("l2r-overlap", "local"):
         ranked = sorted((r for r in rows if r["judge"] == judge), key=lambda r: -r["kpr"])
         system = lambda r: "a|b" if r["system"] == "extractive" else r["system"]  # noqa: E731
-        cells = [f"{system(r)} / {r['setting']}: **{r['kpr']:.3f}**" for r in ranked[:3]]
+        cells = [
+            f"{system(r)} / {r['setting']}: **{r['kpr']:.3f}**"
+            f" [{r['kpr_ci_low']:.3f}, {r['kpr_ci_high']:.3f}]"  # its 95% interval over questions
+            for r in ranked[:3]
+        ]
         assert f"| {judge} | - | " + " | ".join(c.replace("|", "\\|") for c in cells) in head
     # SummHay's judges named with their kappa against people (metrics/agreement.json)
     assert "| news | released | local | 0.41 [0.38, 0.45] | gemini-1.5-pro / full-sort:" in head
