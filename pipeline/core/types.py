@@ -83,6 +83,7 @@ class UsageReport(BaseModel):
     truncated: int = 0  # answers the server cut for length (finish_reason: length)
     cache_corrupt: int = 0  # cache entries that failed their checksum (refused, fetched again)
     waited: int = 0  # answers another worker was fetching (its claim): waited for, not sent
+    journal_corrupt: int = 0  # journal lines that failed their checksum (refused, fetched again)
 
     def merged(self, other: UsageReport) -> UsageReport:
         """The sum of two reports (wall_s summed too); keeps this report's label."""

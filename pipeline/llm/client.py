@@ -35,7 +35,13 @@ from pipeline.core.errors import LfbenchError
 from pipeline.core.io import canonical_json, sha256_text, write_json
 from pipeline.core.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
-from pipeline.llm.journal import JournalEntry, JournalWriter, clear_journal, load_journal
+from pipeline.llm.journal import (
+    Journal,
+    JournalEntry,
+    JournalWriter,
+    clear_journal,
+    load_journal,
+)
 from pipeline.llm.ratelimit import RateLimiter
 
 __all__ = [
@@ -595,7 +601,7 @@ async def run_chat(
     keys = [cache_key(endpoint, r) for r in requests]
     results: list[ChatResult | None] = [None] * len(requests)
 
-    journal = load_journal(journal_path) if journal_path is not None else {}
+    journal = load_journal(journal_path) if journal_path is not None else Journal()
     journal_hits = 0
     for i, (req, ck) in enumerate(zip(requests, keys, strict=True)):
         j = journal.get(ck)
@@ -718,6 +724,7 @@ async def run_chat(
         truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason == "length"),
         cache_corrupt=cache.corrupt if cache is not None else 0,
         waited=stats["waited"],
+        journal_corrupt=journal.corrupt,
     )
     log.info(
         "%s: %d items: cache %d hits / %d misses, journal %d hits, %d requests sent"

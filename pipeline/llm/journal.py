@@ -5,10 +5,17 @@ event loop does not wait for the disk). A run that is killed leaves the journal 
 run loads it and does not send those items again. A torn last line (SIGKILL mid-write) is
 ignored and cut off before appending. The caller deletes the journal (:func:`clear_journal`)
 once it has written its outputs.
+
+Every line carries a SHA-256 of its content (``checksum``, as cache entries do), checked on read:
+a line that fails it (edited on disk) is refused, counted (``journal_corrupt`` in the usage
+report), warned about once per journal, and its request fetched again. A journal written before
+lines carried checksums (no line has one) is read as it is, with one log line; in a journal where
+lines carry checksums, a line without one is refused like an edited line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -31,10 +38,21 @@ class JournalEntry:
     output_tokens: int
 
 
+def checksum(e: JournalEntry) -> str:
+    """SHA-256 of an entry's content (every field, in a fixed JSON form)."""
+    body = json.dumps(
+        [e.cache_key, e.key, e.text, e.finish_reason, e.input_tokens, e.output_tokens],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
 def _line(e: JournalEntry) -> str:
     """One JSON line (keys sorted), without dataclasses.asdict's deep copy."""
     obj = {
         "cache_key": e.cache_key,
+        "checksum": checksum(e),
         "finish_reason": e.finish_reason,
         "input_tokens": e.input_tokens,
         "key": e.key,
@@ -49,13 +67,21 @@ def clear_journal(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def load_journal(path: Path) -> dict[str, JournalEntry]:
-    """Entries by cache key; unreadable lines (a torn last line) are skipped."""
-    out: dict[str, JournalEntry] = {}
+class Journal(dict[str, JournalEntry]):
+    """The entries of a journal by cache key, and the lines refused (`corrupt`)."""
+
+    corrupt: int = 0
+
+
+def load_journal(path: Path) -> Journal:
+    """Entries by cache key that pass their checksum; unreadable lines (a torn last line) are
+    skipped, lines that fail their checksum are refused and counted (one warning)."""
+    out = Journal()
     if not path.exists():
         return out
+    entries: list[tuple[int, JournalEntry, str | None]] = []
     with path.open("rb") as f:
-        for raw in f:
+        for lineno, raw in enumerate(f, start=1):
             try:
                 d: Any = json.loads(raw)
                 entry = JournalEntry(
@@ -68,9 +94,37 @@ def load_journal(path: Path) -> dict[str, JournalEntry]:
                     input_tokens=int(d.get("input_tokens", 0)),
                     output_tokens=int(d.get("output_tokens", 0)),
                 )
-            except (ValueError, KeyError, TypeError):
+                stored = d.get("checksum")
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            entries.append((lineno, entry, None if stored is None else str(stored)))
+    legacy = bool(entries) and all(stored is None for _, _, stored in entries)
+    if legacy:
+        log.info(
+            "journal %s: %d entries written before journal lines carried checksums: read as"
+            " they are",
+            path,
+            len(entries),
+        )
+    bad: list[tuple[int, JournalEntry]] = []
+    for lineno, entry, stored in entries:
+        if not legacy and stored != checksum(entry):
+            bad.append((lineno, entry))
+        else:
             out[entry.cache_key] = entry
+    # a refused line whose answer was fetched again later (a valid line) is no longer missing
+    bad = [(n, e) for n, e in bad if e.cache_key not in out]
+    if bad:
+        out.corrupt = len({e.cache_key for _, e in bad})
+        lineno, first = bad[0]
+        log.warning(
+            "journal %s: %d entries fail their checksum (first: line %d, item %s): refused, they"
+            " will be fetched again",
+            path,
+            len(bad),
+            lineno,
+            first.key,
+        )
     return out
 
 

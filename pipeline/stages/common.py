@@ -45,6 +45,8 @@ STAGE_USAGE_KEYS = (
     "cost_usd",
     "wall_s",
     "truncated",
+    "cache_corrupt",
+    "journal_corrupt",
 )
 
 

@@ -463,3 +463,49 @@ def test_no_key_needed_when_everything_is_cached(
     monkeypatch.delenv(KEY_ENV)
     results, rep = run(endpoint(server), rs, tmp_path)
     assert rep.cache_hits == 2 and all(r.status == "ok" for r in results)
+
+
+def test_journal_entry_edited_on_disk_is_refused_counted_and_fetched_again(
+    server: TestServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26 point 3: a journal line edited on disk is not served (checksum), it is counted
+    (journal_corrupt), warned about once, and exactly its request is sent again."""
+    ep = endpoint(server)
+    rs = reqs(4, "[fixed]")
+    journal = tmp_path / "j.jsonl"
+    _, rep1 = run(ep, rs, cache_path=None, journal_path=journal)
+    assert rep1.requests_sent == 4 and rep1.journal_corrupt == 0
+    lines = journal.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4 and all("checksum" in json.loads(ln) for ln in lines)
+    edited = json.loads(lines[2])
+    edited["text"] = "an answer nobody gave"
+    lines[2] = json.dumps(edited)
+    journal.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before = len(log_for(server, rs))
+    with caplog.at_level(logging.WARNING, logger="lfbench.llm"):
+        results, rep2 = run(ep, rs, cache_path=None, journal_path=journal)
+    assert all(r.text == "a fixed answer" for r in results)
+    assert rep2.journal_corrupt == 1 and rep2.journal_hits == 3 and rep2.requests_sent == 1
+    again = log_for(server, rs)[before:]
+    assert [r["prompt_head"] for r in again] == [rs[2].messages[-1]["content"]]
+    warnings = [r for r in caplog.records if "fail their checksum" in r.getMessage()]
+    assert len(warnings) == 1 and edited["key"] in warnings[0].getMessage()
+    # the answer fetched again is journalled: a third run sends nothing and counts nothing
+    _, rep3 = run(ep, rs, cache_path=None, journal_path=journal)
+    assert rep3.requests_sent == 0 and rep3.journal_corrupt == 0 and rep3.journal_hits == 4
+
+
+def test_journal_written_before_checksums_is_read_as_legacy(
+    server: TestServer, tmp_path: Path
+) -> None:
+    """A journal whose lines carry no checksum (written by an older lfbench) is still read."""
+    ep = endpoint(server)
+    rs = reqs(3, "[fixed]")
+    journal = tmp_path / "j.jsonl"
+    run(ep, rs, cache_path=None, journal_path=journal)
+    old = [json.loads(ln) for ln in journal.read_text(encoding="utf-8").splitlines()]
+    for d in old:
+        del d["checksum"]
+    journal.write_text("".join(json.dumps(d) + "\n" for d in old), encoding="utf-8")
+    _, rep = run(ep, rs, cache_path=None, journal_path=journal)
+    assert rep.journal_hits == 3 and rep.requests_sent == 0 and rep.journal_corrupt == 0
