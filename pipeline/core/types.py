@@ -63,7 +63,8 @@ class ChatResult(BaseModel):
     requests: int = 0
     retries: int = 0
     source: Literal["api", "cache", "journal"] = "api"
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: the server sent no usage (unknown, not $0)
+    usage_missing: bool = False
 
 
 class UsageReport(BaseModel):
@@ -78,17 +79,27 @@ class UsageReport(BaseModel):
     journal_hits: int
     input_tokens: int
     output_tokens: int
-    cost_usd: float
+    cost_usd: float | None  # None: unknown (answers without usage, `usage_missing`), not $0
     wall_s: float
     truncated: int = 0  # answers the server cut for length (finish_reason: length)
     cache_corrupt: int = 0  # cache entries that failed their checksum (refused, fetched again)
     waited: int = 0  # answers another worker was fetching (its claim): waited for, not sent
     journal_corrupt: int = 0  # journal lines that failed their checksum (refused, fetched again)
+    usage_missing: int = 0  # answers sent without token usage: their tokens and cost are unknown
+
+    def cost_text(self) -> str:
+        """The cost for a log line: dollars, or why it is unknown."""
+        if self.cost_usd is None:
+            return f"cost unknown ({self.usage_missing} answers without usage)"
+        return f"${self.cost_usd:.4f}"
 
     def merged(self, other: UsageReport) -> UsageReport:
         """The sum of two reports (wall_s summed too); keeps this report's label."""
         summed: dict[str, Any] = {"label": self.label}
         for name in type(self).model_fields:
-            if name != "label":
+            if name == "cost_usd":
+                a, b = self.cost_usd, other.cost_usd
+                summed[name] = None if a is None or b is None else a + b
+            elif name != "label":
                 summed[name] = getattr(self, name) + getattr(other, name)
         return UsageReport(**summed)

@@ -202,6 +202,7 @@ class _Answer:
     finish_reason: str | None
     input_tokens: int
     output_tokens: int
+    usage_missing: bool = False  # the server sent no token counts: tokens and cost unknown
 
 
 def parse_completion(raw: bytes) -> _Answer:
@@ -223,11 +224,16 @@ def parse_completion(raw: bytes) -> _Answer:
         raise _Retry("not a chat completion: the message has no text content")
     usage = data.get("usage")
     tin = tout = 0
+    missing = True
     if isinstance(usage, dict):
         tin = _int(usage.get("prompt_tokens"))
         tout = _int(usage.get("completion_tokens"))
+        missing = not all(
+            isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
+            for k in ("prompt_tokens", "completion_tokens")
+        )
     finish = choice.get("finish_reason")
-    return _Answer(content, None if finish is None else str(finish), tin, tout)
+    return _Answer(content, None if finish is None else str(finish), tin, tout, missing)
 
 
 def _error_message(raw: bytes) -> str:
@@ -689,6 +695,7 @@ async def run_chat(
                     "requests": 0,
                     "retries": 0,
                     "cost_usd": 0.0,
+                    "usage_missing": False,
                     "source": "cache" if src.status == "ok" else "api",
                 }
             )
@@ -707,6 +714,8 @@ async def run_chat(
     final: list[ChatResult] = [r for r in results if r is not None]
     assert len(final) == len(requests)
     sent = [r for r in final if r.source == "api"]
+    missing = sum(1 for r in final if r.usage_missing)
+    costs = [r.cost_usd for r in final]
     report = UsageReport(
         label=label,
         items=len(final),
@@ -719,16 +728,17 @@ async def run_chat(
         journal_hits=journal_hits,
         input_tokens=sum(r.input_tokens for r in sent),
         output_tokens=sum(r.output_tokens for r in sent),
-        cost_usd=sum(r.cost_usd for r in final),
+        cost_usd=None if missing else sum(c for c in costs if c is not None),
         wall_s=round(time.monotonic() - t0, 3),
         truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason == "length"),
         cache_corrupt=cache.corrupt if cache is not None else 0,
         waited=stats["waited"],
         journal_corrupt=journal.corrupt,
+        usage_missing=missing,
     )
     log.info(
         "%s: %d items: cache %d hits / %d misses, journal %d hits, %d requests sent"
-        " (%d retries), %d errors, $%.4f, %.1f s",
+        " (%d retries), %d errors, %s, %.1f s",
         label,
         report.items,
         report.cache_hits,
@@ -737,7 +747,7 @@ async def run_chat(
         report.requests_sent,
         report.retries,
         report.errors,
-        report.cost_usd,
+        report.cost_text(),
         report.wall_s,
     )
     return final, report
@@ -870,7 +880,10 @@ async def _send_all(
                 requests=attempts,
                 retries=attempts - 1,
                 source="api",
-                cost_usd=cost_usd(endpoint, answer.input_tokens, answer.output_tokens),
+                cost_usd=None
+                if answer.usage_missing
+                else cost_usd(endpoint, answer.input_tokens, answer.output_tokens),
+                usage_missing=answer.usage_missing,
             )
             remaining.discard(i)
             prog.advance(True)

@@ -47,6 +47,7 @@ STAGE_USAGE_KEYS = (
     "truncated",
     "cache_corrupt",
     "journal_corrupt",
+    "usage_missing",
 )
 
 
@@ -196,10 +197,19 @@ def llm_paths(root: Path, stage: str) -> tuple[Path, Path]:
 
 
 def log_usage(stage: str, report: UsageReport) -> None:
+    """The stage's usage line, and one warning when answers came without token usage."""
+    if report.usage_missing:
+        log.warning(
+            "%s: %d answers came without token usage from the server: their tokens are"
+            " unknown and the stage's cost is unknown (cost_usd null in its usage file, MLflow"
+            " metric cost_unknown=1), not $0",
+            stage,
+            report.usage_missing,
+        )
     if report.items:
         log.info(
             "%s: %d items, %d requests sent (%d retries), cache %d hits / %d misses, journal %d,"
-            " tokens %d in / %d out, $%.4f, %.1f s",
+            " tokens %d in / %d out, %s, %.1f s",
             stage,
             report.items,
             report.requests_sent,
@@ -209,7 +219,7 @@ def log_usage(stage: str, report: UsageReport) -> None:
             report.journal_hits,
             report.input_tokens,
             report.output_tokens,
-            report.cost_usd,
+            report.cost_text(),
             report.wall_s,
         )
 
@@ -236,7 +246,10 @@ def read_usage(path: Path) -> dict[str, float]:
     if not path.exists():
         return {}
     raw = read_json(path)
-    return {k: float(raw[k]) for k in STAGE_USAGE_KEYS if isinstance(raw.get(k), int | float)}
+    out = {k: float(raw[k]) for k in STAGE_USAGE_KEYS if isinstance(raw.get(k), int | float)}
+    if "cost_usd" in raw and raw["cost_usd"] is None:  # answers without usage: unknown, not $0
+        out["cost_unknown"] = 1.0
+    return out
 
 
 StageUsage = dict[tuple[str, str, str], dict[str, float]]

@@ -21,6 +21,8 @@ cores. Built on aiohttp.
   (for a hang: when the hang starts): ``time``
   (arrival), ``body_sha256``, ``prompt_head`` (first 200 chars of the last user message), ``model``,
   ``attempt``, ``fault``, ``status``, ``served`` (a valid answer was returned).
+- ``--no-usage``: answers carry no ``usage`` object (as some servers send), so token counts and
+  cost are unknown to the client.
 - ``--port 0`` picks a free port; ``--port-file FILE`` receives it once the server listens.
 """
 
@@ -191,8 +193,10 @@ class Server:
         hang_s: float,
         log: IO[str] | None,
         rules: list[dict[str, Any]] | None = None,
+        usage: bool = True,
     ) -> None:
         self.responder = responder
+        self.usage = usage
         self.rules = rules or []
         self.latency = latency_ms / 1000.0
         self.faults = faults
@@ -409,7 +413,11 @@ class Server:
                     "logprobs": None,
                 }
             ],
-            "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
+            **(
+                {"usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
+                if self.usage
+                else {}
+            ),
         }
 
 
@@ -445,6 +453,7 @@ async def serve(args: argparse.Namespace) -> None:
         hang_s=args.hang_s,
         log=log,
         rules=rules,
+        usage=not args.no_usage,
     )
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", server.chat)
@@ -489,6 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-s", type=float, default=30.0)
     p.add_argument("--max-faults-per-request", type=int, default=2)
     p.add_argument("--log", help="append one JSON line per request to this file")
+    p.add_argument("--no-usage", action="store_true", help="answers without a usage object")
     return p
 
 
@@ -521,6 +531,7 @@ class TestServer:
         log_path: Path | None = None,
         cwd: Path | None = None,
         startup_timeout_s: float = 30.0,
+        usage: bool = True,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="lfbench-testserver-")
         tmp = Path(self._tmp.name)
@@ -553,6 +564,8 @@ class TestServer:
             "--log",
             str(self.log_path),
         ]
+        if not usage:
+            args.append("--no-usage")
         if responder:
             args += ["--responder", responder]
         if script is not None:
