@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,32 @@ class Postgres:
                     raise
                 time.sleep(0.2)
 
+    def postmaster_pid(self) -> int | None:
+        """The PID in the cluster's `postmaster.pid` (None: no server runs it, or unreadable)."""
+        try:
+            first = (self.datadir / "postmaster.pid").read_text().splitlines()[0]
+            return int(first)
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def check_identity(self) -> None:
+        """The server answering on host:port is this cluster's (its data directory), run by the
+        postmaster its `postmaster.pid` names: not another team's server on that port."""
+        pid = self.postmaster_pid()
+        if pid is None or not _alive(pid):
+            raise LfbenchError(
+                f"PostgreSQL of {self.datadir}: no postmaster runs it (see"
+                f" {self.datadir / 'server.log'})"
+            )
+        with self._connect(self.url, connect_timeout=5) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        served = Path(str(row[0])).resolve() if row else None
+        if served != self.datadir.resolve():
+            raise LfbenchError(
+                f"port {self.port} on {self.host} is answered by another PostgreSQL (data"
+                f" directory {served}), not the one started in {self.datadir}"
+            )
+
     def create_database(self, name: str) -> str:
         """Create database `name` (if missing); returns its URL."""
 
@@ -176,6 +203,86 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     return ports
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now (nobody else listens there)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def require_free_port(host: str, port: int, what: str, option: str) -> None:
+    """An error naming the port if another process already listens on it."""
+    if not port_is_free(host, port):
+        raise LfbenchError(
+            f"{what}: port {port} on {host} is already in use by another process (another"
+            f" team's server?); choose another with {option}, or leave it out for a free one"
+        )
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on `port` (any address), from /proc/net/tcp{,6}."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f[9])
+    return inodes
+
+
+def listener_pids(port: int) -> set[int] | None:
+    """The PIDs of the processes holding a socket that listens on `port` (None: this system
+    has no /proc to tell)."""
+    if not Path("/proc/net/tcp").exists():
+        return None
+    inodes = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    pids: set[int] = set()
+    if not inodes:
+        return pids
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (d / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if str(fd.readlink()) in inodes:
+                        pids.add(int(d.name))
+                        break
+    return pids
+
+
+def check_listener(what: str, host: str, port: int, proc: subprocess.Popen[bytes]) -> None:
+    """The process we started (`proc`, a session leader) is alive and it, or a process of its
+    session, is the one listening on `port`: a port answered by someone else is an error."""
+    if proc.poll() is not None:
+        raise LfbenchError(
+            f"{what} exited ({proc.returncode}) right after it started; something else answers"
+            f" on port {port} of {host}"
+        )
+    pids = listener_pids(port)
+    if pids is None:
+        return
+    ours = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) == proc.pid:
+                ours.add(pid)
+    if not ours:
+        owners = ", ".join(str(p) for p in sorted(pids)) or "a process this user cannot see"
+        raise LfbenchError(
+            f"{what}: port {port} on {host} is answered by another server (PID {owners}), not"
+            f" the one started (PID {proc.pid}); choose another port"
+        )
+
+
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
     import urllib.error
     import urllib.request
@@ -206,6 +313,7 @@ class SeaweedS3:
     host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = None
     endpoint: str = ""
+    on_start: Callable[[int], None] | None = None  # told the PID as soon as it runs
 
     def start(self, bucket: str, timeout_s: float = 90.0) -> SeaweedS3:
         import json
@@ -227,6 +335,8 @@ class SeaweedS3:
         config.write_text(json.dumps(identity))
         config.chmod(0o600)
         p = free_ports(8, self.host)
+        for port in p:
+            require_free_port(self.host, port, "SeaweedFS", "another start")
         argv = [
             weed,
             "server",
@@ -254,8 +364,11 @@ class SeaweedS3:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
+        if self.on_start is not None:
+            self.on_start(self.proc.pid)
         self.endpoint = f"http://{self.host}:{p[6]}"
         _wait_http(self.endpoint, self.proc, log, timeout_s)
+        check_listener("SeaweedFS's S3 gateway", self.host, p[6], self.proc)
         self._make_bucket(bucket, timeout_s)
         return self
 
@@ -321,6 +434,7 @@ class MlflowServer:
     port: int = 0
     env: dict[str, str] | None = None
     proc: subprocess.Popen[bytes] | None = None
+    on_start: Callable[[int], None] | None = None  # told the PID as soon as it runs
 
     @property
     def url(self) -> str:
@@ -329,6 +443,7 @@ class MlflowServer:
     def start(self, timeout_s: float = 180.0) -> MlflowServer:
         if not self.port:
             self.port = free_ports(1, self.host)[0]
+        require_free_port(self.host, self.port, "MLflow", "--mlflow-port")
         backend = self.backend_url.replace("postgresql://", "postgresql+psycopg://", 1)
         argv = [
             sys.executable,
@@ -360,7 +475,10 @@ class MlflowServer:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        if self.on_start is not None:
+            self.on_start(self.proc.pid)
         _wait_http(f"{self.url}/health", self.proc, self.log, timeout_s)
+        check_listener("the MLflow server", self.host, self.port, self.proc)
         return self
 
     def stop(self) -> None:
@@ -396,36 +514,83 @@ def team_up(
     bucket: str = "lfbench",
 ) -> TeamSettings:
     """Start the team's PostgreSQL (MLflow's runs, the response cache), an S3 store if asked
-    (SeaweedFS), and the MLflow server; write `team.env` and `secrets.env` in `folder`."""
-    import json
+    (SeaweedFS), and the MLflow server; write `team.env` and `secrets.env` in `folder`.
+
+    Each port is checked free before its server starts, and each server's identity after: the
+    process this call started is alive and is the one listening (a port answered by someone
+    else's server is an error naming it, never a `team.env` pointing there). `state.json` records
+    every process by PID as soon as it runs, so `team down` stops them even if `team up` failed
+    half-way or was killed; the secrets are written before the first server starts, so a second
+    `team up` in the same folder reuses them for the cluster the first one created. A failed
+    `team up` stops what it started before it raises."""
     import secrets as pysecrets
 
     folder = folder.resolve()
+    # the ports asked for, before anything starts (each is checked again as its server starts)
+    for port, what, option in (
+        (pg_port, "PostgreSQL", "--pg-port"),
+        (mlflow_port, "MLflow", "--mlflow-port"),
+    ):
+        if port:
+            require_free_port(host, port, what, option)
     folder.mkdir(parents=True, exist_ok=True)
-    if (folder / STATE).exists():
-        raise LfbenchError(f"{folder / STATE}: a team is already up here (lfbench team down)")
+    state_path = folder / STATE
+    if state_path.exists():
+        previous = _read_state(state_path)
+        if previous.get("complete", True):
+            raise LfbenchError(f"{state_path}: a team is already up here (lfbench team down)")
+        # a `team up` that was killed half-way: stop what it recorded, then start again
+        _down(previous)
+        state_path.unlink()
     if os.geteuid() == 0:
         folder.chmod(0o755)  # the server runs as `postgres`
     old = _read_env(folder / SECRETS_ENV)
-    password = old.get("PGPASSWORD") or pysecrets.token_urlsafe(24)
-    state: dict[str, Any] = {"folder": str(folder)}
-    pg = Postgres(
-        folder / "postgres", pg_port or free_ports(1, host)[0], host=host, password=password
-    )
-    pg.start()
-    state["postgres"] = {"datadir": str(pg.datadir), "port": pg.port}
+    datadir = folder / "postgres"
+    if (datadir / "PG_VERSION").exists() and not old.get("PGPASSWORD"):
+        raise LfbenchError(
+            f"{datadir}: a PostgreSQL cluster is here but {folder / SECRETS_ENV} has no PGPASSWORD"
+            f" for it; restore that file, or delete {datadir} to start an empty one"
+        )
+    _stop_stray_postmaster(datadir)
+    secret_env = {"PGPASSWORD": old.get("PGPASSWORD") or pysecrets.token_urlsafe(24)}
+    if seaweedfs:
+        secret_env["AWS_ACCESS_KEY_ID"] = old.get("AWS_ACCESS_KEY_ID") or (
+            "lfbench-" + pysecrets.token_hex(4)
+        )
+        secret_env["AWS_SECRET_ACCESS_KEY"] = old.get("AWS_SECRET_ACCESS_KEY") or (
+            pysecrets.token_hex(20)
+        )
+    # before any server starts: a second attempt finds the password of the cluster made here
+    _write_secrets(folder / SECRETS_ENV, {**old, **secret_env})
+    state: dict[str, Any] = {"folder": str(folder), "complete": False}
+    _write_state(state_path, state)
     try:
+        pg = Postgres(datadir, pg_port or free_ports(1, host)[0], host=host)
+        pg.password = secret_env["PGPASSWORD"]
+        require_free_port(host, pg.port, "PostgreSQL", "--pg-port")
+        state["postgres"] = {"datadir": str(pg.datadir), "port": pg.port}
+        _write_state(state_path, state)
+        try:
+            pg.start()
+        finally:
+            pid = pg.postmaster_pid()
+            if pid:
+                state["postgres"]["pid"] = pid
+                _write_state(state_path, state)
+        pg.check_identity()
         mlflow_db = pg.create_database("mlflow")
         cache_url = pg.create_database("lfbench_cache")
-        secret_env = {"PGPASSWORD": password}
         s3_env: dict[str, str] = {}
         if seaweedfs:
-            key = old.get("AWS_ACCESS_KEY_ID") or "lfbench-" + pysecrets.token_hex(4)
-            secret = old.get("AWS_SECRET_ACCESS_KEY") or pysecrets.token_hex(20)
-            s3 = SeaweedS3(folder / "s3", key, secret, host=host).start(bucket)
-            state["seaweedfs"] = {"pid": s3.proc.pid if s3.proc else None}
+            s3 = SeaweedS3(
+                folder / "s3",
+                secret_env["AWS_ACCESS_KEY_ID"],
+                secret_env["AWS_SECRET_ACCESS_KEY"],
+                host=host,
+            )
+            s3.on_start = lambda pid: _record(state_path, state, "seaweedfs", pid)
+            s3.start(bucket)
             s3_endpoint = s3.endpoint
-            secret_env |= {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
         if s3_endpoint:
             artifacts = f"s3://{bucket}/mlflow"
             s3_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint}
@@ -439,11 +604,13 @@ def team_up(
             log=folder / "mlflow.log",
             host=host,
             port=mlflow_port,
-            env={**s3_env, **{k: v for k, v in secret_env.items()}, **_aws_from_env()},
-        ).start()
-        state["mlflow"] = {"pid": server.proc.pid if server.proc else None, "port": server.port}
+            env={**s3_env, **secret_env, **_aws_from_env()},
+        )
+        server.on_start = lambda pid: _record(state_path, state, "mlflow", pid, server.port)
+        server.start()
     except BaseException:
         _down(state)
+        state_path.unlink(missing_ok=True)
         raise
     settings = TeamSettings(server.url, cache_url, dvc_remote, s3_endpoint, secret_env)
     lines = [
@@ -455,12 +622,42 @@ def team_up(
     if s3_endpoint:
         lines.append(f"LFBENCH_TEAM_S3_ENDPOINT={s3_endpoint}")
     (folder / TEAM_ENV).write_text("\n".join(lines) + "\n")
-    sec = folder / SECRETS_ENV
-    sec.touch(mode=0o600)
-    sec.chmod(0o600)
-    sec.write_text("".join(f"{k}={v}\n" for k, v in sorted(secret_env.items())))
-    (folder / STATE).write_text(json.dumps(state, indent=2) + "\n")
+    _write_secrets(folder / SECRETS_ENV, secret_env)
+    state["complete"] = True
+    _write_state(state_path, state)
     return settings
+
+
+def _record(path: Path, state: dict[str, Any], name: str, pid: int, port: int = 0) -> None:
+    """Record a server's PID the moment it is started (a later failure or kill still finds it)."""
+    state[name] = {"pid": pid, **({"port": port} if port else {})}
+    _write_state(path, state)
+
+
+def _write_state(path: Path, state: dict[str, Any]) -> None:
+    import json
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as e:
+        raise LfbenchError(f"{path}: not valid JSON ({e}); stop its servers by hand") from None
+    if not isinstance(state, dict):
+        raise LfbenchError(f"{path}: not a team state (a JSON object)")
+    return state
+
+
+def _write_secrets(path: Path, env: dict[str, str]) -> None:
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
 
 
 def _aws_from_env() -> dict[str, str]:
@@ -479,22 +676,78 @@ def _read_env(path: Path) -> dict[str, str]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (our own child, not reaped yet) is not alive
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def _stop_pid(pid: int, timeout_s: float = 20.0) -> None:
+    """Stop one process (SIGTERM, then SIGKILL), not its group."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stop_stray_postmaster(datadir: Path) -> None:
+    """A postmaster of this folder's cluster still running (a `team up` killed before it could
+    record it): stopped, so that the cluster starts on the port asked for now."""
+    pid = Postgres(datadir, 0).postmaster_pid()
+    if pid and _alive(pid):
+        Postgres(datadir, 0).stop()
+        if _alive(pid):
+            _stop_pid(pid)
+
+
 def _down(state: dict[str, Any]) -> None:
+    """Stop every server `state` records, by PID, and check each is gone."""
     for name in ("mlflow", "seaweedfs"):
         pid = state.get(name, {}).get("pid")
         if pid:
             _stop(int(pid))
     pgs = state.get("postgres")
     if pgs:
-        Postgres(Path(pgs["datadir"]), int(pgs["port"])).stop()
+        pg = Postgres(Path(pgs["datadir"]), int(pgs["port"]))
+        pid = pgs.get("pid") or pg.postmaster_pid()
+        pg.stop()
+        if pid and _alive(int(pid)):
+            _stop_pid(int(pid))
+    left = [
+        f"{name} (PID {state[name]['pid']})"
+        for name in ("mlflow", "seaweedfs", "postgres")
+        if state.get(name, {}).get("pid") and _alive(int(state[name]["pid"]))
+    ]
+    if left:
+        raise LfbenchError(f"{state.get('folder')}: could not stop {', '.join(left)}")
 
 
 def team_down(folder: Path) -> None:
-    """Stop what `team_up` started in `folder` (its data stays)."""
-    import json
-
-    path = folder.resolve() / STATE
+    """Stop what `team_up` started in `folder` (its data stays), also after a `team up` that
+    failed or was killed half-way."""
+    folder = folder.resolve()
+    path = folder / STATE
     if not path.exists():
+        pid = Postgres(folder / "postgres", 0).postmaster_pid()
+        if pid and _alive(pid):
+            _stop_stray_postmaster(folder / "postgres")
+            return
         raise LfbenchError(f"{path}: no team is up here")
-    _down(json.loads(path.read_text()))
+    _down(_read_state(path))
     path.unlink()
