@@ -24,6 +24,12 @@ cache after winning a claim, so no answer is ever fetched twice by two live work
 
 Lookups are batched; writes go through a writer thread that commits in batches, so the event
 loop never waits for the database.
+
+A shared PostgreSQL cache that goes away mid-run (stopped, restarted, the network gone) ends the
+run with :class:`CacheUnavailable` (a failed stage: exit 3), by choice rather than continuing
+without it: without the cache, claims stop working and two workers sharing it could pay for the
+same request twice. The answers finished so far are in the stage's journal, so a re-run once the
+cache answers again sends none of them twice (and puts them in the cache).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pipeline.core.errors import LfbenchError
+from pipeline.core.errors import LfbenchError, StageFailed
 
 log = logging.getLogger("lfbench.llm")
 
@@ -52,6 +58,10 @@ CACHE_URL_ENV = "LFBENCH_CACHE_URL"
 LEASE_S = 30.0  # a claim's lease (LFBENCH_CACHE_LEASE_S); renewed every third of it
 _BUSY_TIMEOUT_MS = 60_000
 _COLUMNS = "key, text, finish_reason, input_tokens, output_tokens, model, checksum"
+
+
+class CacheUnavailable(StageFailed):
+    """The shared cache went away mid-run: the stage ends (its journal keeps finished answers)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,10 @@ class _Backend:
         raise NotImplementedError
 
     def is_busy(self, e: BaseException) -> bool:
+        return False
+
+    def is_lost(self, e: BaseException) -> bool:
+        """Whether `e` says the database went away (not a conflict to retry)."""
         return False
 
     def executemany(self, conn: Any, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -228,6 +242,13 @@ class _Postgres(_Backend):
 
         return isinstance(e, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected)
 
+    def is_lost(self, e: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(e, psycopg.OperationalError | psycopg.InterfaceError) and not (
+            self.is_busy(e)
+        )
+
 
 def _backfill_checksums(b: _Backend, conn: Any) -> None:
     rows = conn.execute(b.q(f"SELECT {_COLUMNS} FROM responses WHERE checksum IS NULL")).fetchall()
@@ -309,8 +330,29 @@ class ResponseCache:
 
     # ---------------------------------------------------------------- reads
 
+    @contextlib.contextmanager
+    def _lost(self, doing: str) -> Iterator[None]:
+        """Turn "the database went away" into :class:`CacheUnavailable`, naming the cache (no
+        password) and what is kept."""
+        try:
+            yield
+        except Exception as e:
+            if not self.backend.is_lost(e):
+                raise
+            reason = " ".join(str(e).split())[:300]
+            raise CacheUnavailable(
+                f"response cache {self.where}: lost while {doing} ({type(e).__name__}: {reason});"
+                " the stage stops here. The answers finished so far are kept in the stage's"
+                " journal: once the cache answers again, re-run (dvc repro) and none of them is"
+                f" sent again (or unset {CACHE_URL_ENV} to use the workspace's own cache)"
+            ) from None
+
     def get_many(self, keys: Iterable[str], chunk: int = 500) -> dict[str, CachedAnswer]:
         """The entries of these keys that pass their checksum (the others are refused)."""
+        with self._lost("reading answers"):
+            return self._get_many(keys, chunk)
+
+    def _get_many(self, keys: Iterable[str], chunk: int) -> dict[str, CachedAnswer]:
         b = self.backend
         wanted = list(dict.fromkeys(keys))
         out: dict[str, CachedAnswer] = {}
@@ -347,6 +389,10 @@ class ResponseCache:
     def claim(self, keys: Sequence[str]) -> set[str]:
         """Claim these keys for this owner; returns the ones claimed (the others are held by a
         live owner elsewhere). A claimed key must then be answered (`put`) or `release`d."""
+        with self._lost("claiming a request"):
+            return self._claim(keys)
+
+    def _claim(self, keys: Sequence[str]) -> set[str]:
         b = self.backend
         sql = b.q(
             "INSERT INTO claims (key, owner, expires) VALUES (?, ?, "
@@ -378,7 +424,7 @@ class ResponseCache:
         if not ks:
             return
         b = self.backend
-        with b.tx(self._conn):
+        with self._lost("releasing a claim"), b.tx(self._conn):
             for k in ks:
                 self._conn.execute(
                     b.q("DELETE FROM claims WHERE key = ? AND owner = ?"), (k, self.owner)
@@ -395,7 +441,11 @@ class ResponseCache:
 
     def _heartbeat(self) -> None:
         b = self.backend
-        conn = b.connect()
+        try:
+            conn = b.connect()
+        except LfbenchError as e:  # the claims run out; the next claim or read stops the run
+            log.warning("response cache %s: cannot renew claims: %s", self.where, e)
+            return
         sql = b.q(f"UPDATE claims SET expires = {b.now_sql} + ? WHERE key = ? AND owner = ?")
         try:
             while not self._stop.wait(self.lease / 3):
@@ -425,7 +475,8 @@ class ResponseCache:
 
     def put_now(self, answers: list[CachedAnswer]) -> None:
         """Write answers synchronously, in one transaction."""
-        self._write_batch(self._conn, answers)
+        with self._lost("writing answers"):
+            self._write_batch(self._conn, answers)
 
     def _write_batch(self, conn: Any, batch: list[CachedAnswer]) -> None:
         b = self.backend
@@ -467,7 +518,15 @@ class ResponseCache:
                 time.sleep(0.2 * (attempt + 1))
 
     def _write_loop(self) -> None:
-        conn = self.backend.connect()
+        try:
+            conn = self.backend.connect()
+        except LfbenchError as e:  # the answers stay in the journal; count what is not cached
+            n = 0
+            while self._queue.get() is not None:
+                n += 1
+            self.write_errors += n
+            log.warning("response cache %s: could not write %d answers: %s", self.where, n, e)
+            return
         try:
             done = False
             while not done:

@@ -34,7 +34,7 @@ from typing import Any
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import canonical_json, sha256_text, write_json
 from pipeline.core.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
-from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
+from pipeline.llm.cache import CachedAnswer, CacheUnavailable, ResponseCache, backend_for
 from pipeline.llm.journal import (
     Journal,
     JournalEntry,
@@ -779,6 +779,9 @@ async def _send_all(
     remaining = set(to_send)
     waiting: set[int] = set()
     counts = stats if stats is not None else {"waited": 0}
+    # a shared cache lost mid-run: no new request is started, those in flight finish (and are
+    # journalled), then the run ends with the error
+    lost: list[CacheUnavailable] = []
 
     def from_cache(i: int, a: CachedAnswer) -> None:
         results[i] = _ok(
@@ -794,8 +797,14 @@ async def _send_all(
         prog.advance(True)
 
     async def waiter() -> None:
+        try:
+            await _waiter()
+        except CacheUnavailable as e:
+            lost.append(e)
+
+    async def _waiter() -> None:
         delay = 0.1
-        while remaining:
+        while remaining and not lost:
             await asyncio.sleep(delay)
             if not waiting or cache is None:
                 delay = 0.1
@@ -811,11 +820,17 @@ async def _send_all(
                     queue.put_nowait(i)  # claimed again by a worker: sent there if it ran out
 
     async def worker(slot: int) -> None:
+        try:
+            await _worker(slot)
+        except CacheUnavailable as e:
+            lost.append(e)
+
+    async def _worker(slot: int) -> None:
         # Start the workers a little apart: answers that all come back at once are handled one
         # after another, and the last ones in such a burst would wait (the burst repeats on
         # every round trip). Spread starts keep the round trips apart (<= 0.13 s of ramp-up).
         await asyncio.sleep(slot * WORKER_START_GAP_S)
-        while remaining:
+        while remaining and not lost:
             try:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -890,6 +905,8 @@ async def _send_all(
 
     n = min(endpoint.max_concurrency, len(to_send))
     await asyncio.gather(waiter(), *(worker(slot) for slot in range(n)))
+    if lost:
+        raise lost[0]
 
 
 def run_chat_sync(

@@ -4,6 +4,7 @@ the test server: checksums on every read, claims between workers, a dead worker'
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -309,3 +310,72 @@ def _killed_worker(server: TestServer, cache_url: str, tmp_path: Path) -> None:
     assert rep_a2.requests_sent == 0 and sum(_served(server, prefix).values()) == before
     print(f"B sent {rep_b.requests_sent}, waited {rep_b.waited}; served twice: {len(twice)}")
     assert rep_b.requests_sent > 0 and rep_b.waited > 0  # B both waited and took over
+
+
+def test_postgres_stopped_mid_run_ends_the_stage_and_a_rerun_resends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 point 10: the shared PostgreSQL cache stopped mid-run ends the run with a failed
+    stage's error (exit 3), naming the cache without its password and saying the journal keeps
+    the finished answers; after a restart, the re-run sends no finished request again."""
+    import tempfile
+
+    from pipeline.core.errors import StageFailed
+    from pipeline.llm.cache import CacheUnavailable
+    from pipeline.tools.team import Postgres, free_ports
+
+    root = Path(tempfile.mkdtemp(prefix="lfbench-pg-stop-"))
+    root.chmod(0o755)  # the server runs as `postgres` when the tests run as root
+    secret = "pw-" + uuid.uuid4().hex[:10]
+    pg = Postgres(root / "data", free_ports(1)[0], password=secret).start()
+    try:
+        db = pg.create_database("stop" + uuid.uuid4().hex[:8])
+        url = db.replace("lfbench@", f"lfbench:{secret}@")
+        monkeypatch.setenv(CACHE_URL_ENV, url)
+        prefix = uuid.uuid4().hex[:10]
+        rs = _reqs(40, prefix)
+        journal = tmp_path / "j.jsonl"
+        with TestServer(
+            script=[{"match": "[fixed]", "reply": ANSWER}],
+            latency_ms=200,
+            log_path=tmp_path / "s.log",
+            cwd=ROOT,
+        ) as srv:
+            errors: list[BaseException] = []
+
+            def first_run() -> None:
+                try:
+                    _run(srv, rs, journal_path=journal)
+                except BaseException as e:  # noqa: BLE001 (checked below)
+                    errors.append(e)
+
+            import threading
+
+            t = threading.Thread(target=first_run)
+            t.start()
+            deadline = time.monotonic() + 30
+            while sum(r["served"] for r in srv.log()) < 8:
+                assert t.is_alive() and time.monotonic() < deadline
+                time.sleep(0.02)
+            pg.stop()
+            t.join(60)
+            assert not t.is_alive()
+            assert len(errors) == 1 and isinstance(errors[0], CacheUnavailable)
+            assert isinstance(errors[0], StageFailed)  # the CLI exits 3, no traceback
+            message = str(errors[0])
+            assert redact(url) in message and secret not in message
+            assert "journal" in message and "re-run" in message
+            first = _served(srv, prefix)
+            assert 8 <= sum(first.values()) < 40 and max(first.values()) == 1
+            journaled = len(journal.read_text().splitlines())
+            assert journaled == sum(first.values())  # every answer received is journalled
+
+            pg.start()
+            results, rep = _run(srv, rs, journal_path=journal)
+            served = _served(srv, prefix)
+        assert all(r.status == "ok" and r.text == ANSWER for r in results)
+        assert rep.journal_hits == journaled and rep.requests_sent == 40 - journaled
+        assert len(served) == 40 and max(served.values()) == 1  # nothing sent twice
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
