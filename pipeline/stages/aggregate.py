@@ -222,7 +222,10 @@ def model_summary(
                 "requests": int(total["requests_sent"]),
                 "input_tokens": int(total["input_tokens"]),
                 "output_tokens": int(total["output_tokens"]),
-                "cost_usd": round(total["cost_usd"], 4),
+                # a stage whose answers came without usage: its cost is unknown, not $0
+                "cost_usd": None
+                if any(u.get("cost_unknown") for u in stages)
+                else round(total["cost_usd"], 4),
                 "wall_s": round(total["wall_s"], 1),
                 "s_per_request": round(total["wall_s"] / total["requests_sent"], 2)
                 if total["requests_sent"]
@@ -250,7 +253,7 @@ def summary_lines(summary: Sequence[Mapping[str, Any]]) -> list[str]:
             s["items"],
             s["requests"],
             f"{s['input_tokens']:,} / {s['output_tokens']:,}",
-            f"{s['cost_usd']:.4f}",
+            "unknown" if s["cost_usd"] is None else f"{s['cost_usd']:.4f}",
             fmt(s["wall_s"], 1),
             fmt(s["s_per_request"], 2),
         ]

@@ -88,3 +88,22 @@ def test_a_stage_without_model_calls_still_costs_zero() -> None:
     assert report.merged(report).cost_usd == 0
     unknown = report.model_copy(update={"cost_usd": None, "usage_missing": 1})
     assert report.merged(unknown).cost_usd is None and unknown.merged(report).usage_missing == 1
+
+
+def test_the_per_model_summary_says_unknown_not_zero() -> None:
+    """The per-model summary (aggregate log, lfbench report) sums the stages' usage files: a
+    stage whose cost is unknown makes the model's cost unknown."""
+    from pipeline.stages.aggregate import model_summary, summary_lines
+
+    bench = registry.get("summhay")
+    main = bench.metrics[0].name
+    rows = [{"model": "tiny", main: 0.5, "system": "s", "setting": "o", "judge": "j"}]
+    known = {("generate", "tiny", ""): {"requests_sent": 2.0, "cost_usd": 0.25, "wall_s": 1.0}}
+    unknown = {
+        ("generate", "tiny", ""): {"requests_sent": 2.0, "usage_missing": 2.0, "wall_s": 1.0}
+        | {"cost_unknown": 1.0}
+    }
+    assert model_summary(bench, rows, known, [])[0]["cost_usd"] == 0.25
+    summary = model_summary(bench, rows, unknown, [])
+    assert summary[0]["cost_usd"] is None
+    assert "| unknown |" in "\n".join(summary_lines(summary))
