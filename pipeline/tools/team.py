@@ -706,33 +706,53 @@ def _stop_pid(pid: int, timeout_s: float = 20.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _runs(pid: int, *needles: str) -> bool:
+    """Whether process `pid` is alive and its command line holds every needle (a PID recorded
+    earlier may since belong to another program: that one is never signalled). Without /proc to
+    tell, alive is taken as enough."""
+    if not _alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return not Path("/proc/self").exists()
+    return all(n in cmdline for n in needles)
+
+
 def _stop_stray_postmaster(datadir: Path) -> None:
     """A postmaster of this folder's cluster still running (a `team up` killed before it could
     record it): stopped, so that the cluster starts on the port asked for now."""
     pid = Postgres(datadir, 0).postmaster_pid()
-    if pid and _alive(pid):
+    if pid and _runs(pid, str(datadir)):
         Postgres(datadir, 0).stop()
-        if _alive(pid):
+        if _runs(pid, str(datadir)):
             _stop_pid(pid)
 
 
 def _down(state: dict[str, Any]) -> None:
     """Stop every server `state` records, by PID, and check each is gone."""
+    folder = str(state.get("folder", ""))
+    mlflow_port = str(state.get("mlflow", {}).get("port", ""))
+    marks = {
+        "mlflow": ("mlflow", mlflow_port),
+        "seaweedfs": ("weed", folder),
+        "postgres": (str(state.get("postgres", {}).get("datadir", "")),),
+    }
     for name in ("mlflow", "seaweedfs"):
         pid = state.get(name, {}).get("pid")
-        if pid:
+        if pid and _runs(int(pid), *marks[name]):
             _stop(int(pid))
     pgs = state.get("postgres")
     if pgs:
         pg = Postgres(Path(pgs["datadir"]), int(pgs["port"]))
         pid = pgs.get("pid") or pg.postmaster_pid()
         pg.stop()
-        if pid and _alive(int(pid)):
+        if pid and _runs(int(pid), *marks["postgres"]):
             _stop_pid(int(pid))
     left = [
         f"{name} (PID {state[name]['pid']})"
         for name in ("mlflow", "seaweedfs", "postgres")
-        if state.get(name, {}).get("pid") and _alive(int(state[name]["pid"]))
+        if state.get(name, {}).get("pid") and _runs(int(state[name]["pid"]), *marks[name])
     ]
     if left:
         raise LfbenchError(f"{state.get('folder')}: could not stop {', '.join(left)}")
@@ -745,7 +765,7 @@ def team_down(folder: Path) -> None:
     path = folder / STATE
     if not path.exists():
         pid = Postgres(folder / "postgres", 0).postmaster_pid()
-        if pid and _alive(pid):
+        if pid and _runs(pid, str(folder / "postgres")):
             _stop_stray_postmaster(folder / "postgres")
             return
         raise LfbenchError(f"{path}: no team is up here")

@@ -188,3 +188,21 @@ def test_failed_and_killed_team_up_then_up_again_then_down_leaves_nothing(folder
     run(["lfbench", "team", "down", "--dir", str(folder)], ROOT)
     assert not any(_alive(p) for p in pids.values()), pids
     assert _processes_of(folder) == []
+
+
+def test_team_down_never_signals_a_recorded_pid_now_held_by_another_program(
+    folder: Path,
+) -> None:
+    """A PID in state.json may since belong to another program (after a reboot): `team down`
+    checks the command line before it signals it."""
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {"folder": str(folder), "complete": True, "mlflow": {"pid": other.pid}}
+        (folder / "state.json").write_text(json.dumps(state))
+        run(["lfbench", "team", "down", "--dir", str(folder)], ROOT)
+        time.sleep(0.3)
+        assert other.poll() is None  # still running: not ours
+    finally:
+        other.kill()
+        other.wait()
