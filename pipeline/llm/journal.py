@@ -9,8 +9,10 @@ once it has written its outputs.
 Every line carries a SHA-256 of its content (``checksum``, as cache entries do), checked on read:
 a line that fails it (edited on disk) is refused, counted (``journal_corrupt`` in the usage
 report), warned about once per journal, and its request fetched again. A journal written before
-lines carried checksums (no line has one) is read as it is, with one log line; in a journal where
-lines carry checksums, a line without one is refused like an edited line.
+lines carried checksums (no line has one) is checksummed on read: its entries are taken as they
+are and the file is rewritten with checksums (one log line), so lines appended later never mix
+with unchecked ones; in a journal where lines carry checksums, a line without one is refused
+like an edited line.
 """
 
 from __future__ import annotations
@@ -101,11 +103,17 @@ def load_journal(path: Path) -> Journal:
     legacy = bool(entries) and all(stored is None for _, _, stored in entries)
     if legacy:
         log.info(
-            "journal %s: %d entries written before journal lines carried checksums: read as"
-            " they are",
+            "journal %s: %d entries written before journal lines carried checksums:"
+            " checksummed now",
             path,
             len(entries),
         )
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as f:
+            f.write("".join(_line(e) for _, e, _ in entries).encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
     bad: list[tuple[int, JournalEntry]] = []
     for lineno, entry, stored in entries:
         if not legacy and stored != checksum(entry):

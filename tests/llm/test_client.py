@@ -510,3 +510,6 @@ def test_journal_written_before_checksums_is_read_as_legacy(
     journal.write_text("".join(json.dumps(d) + "\n" for d in old), encoding="utf-8")
     _, rep = run(ep, rs, cache_path=None, journal_path=journal)
     assert rep.journal_hits == 3 and rep.requests_sent == 0 and rep.journal_corrupt == 0
+    # checksummed on read: every line now carries one (later lines never mix with unchecked)
+    lines = [json.loads(ln) for ln in journal.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 3 and all("checksum" in d for d in lines)
