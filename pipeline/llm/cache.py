@@ -576,4 +576,4 @@ def _is_transient(e: BaseException) -> bool:
         import psycopg
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(e, psycopg.OperationalError)
+    return isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)
