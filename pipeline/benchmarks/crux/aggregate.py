@@ -1,9 +1,13 @@
-"""CRUX's rows: the context metrics per (domain, retriever, cut-off, judge); each judge's agreement
-with the labels; and whether the context metrics rank pipelines as their answers' coverage does.
+"""CRUX's scores on the result model (pipeline/core/results.py): the context metrics of each
+(retrieval context, cut-off); each judge's agreement with the labels; and whether the context
+metrics rank pipelines as their answers' coverage does (Kendall tau).
 
-Per query, then macro-averaged over queries, x100. A query without answerable sub-questions is
-excluded from every mean and counted (`n_excluded`); a query whose context holds a verdict the
-judge could not give is left out of that row and counted (`n_invalid`), never rated 0.
+A context generation holds one retriever's ranking, deep enough for every cut-off; the result
+model scores it once per cut-off (`at_cutoffs`: setting `<retriever>@<cutoff>`), so that every
+row counts its own queries. Per query, then the mean over queries, x100. A query without
+answerable sub-questions is excluded (counted, reason `no answerable sub-question`); a query
+whose context at the cut-off holds a verdict the judge could not give is left out (`n_invalid`),
+never rated 0; a context a judge did not rate (outside `crux.judge_sample`) is `n_unjudged`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from statistics import fmean
 from typing import Any
 
@@ -21,14 +26,40 @@ import numpy as np
 from pipeline.benchmarks.crux import metrics as m
 from pipeline.benchmarks.crux.contexts import cut
 from pipeline.benchmarks.crux.judging import LABELS_SHA, split_target
-from pipeline.benchmarks.crux.params import CruxParams
+from pipeline.benchmarks.crux.params import CruxParams, CruxScoring
 from pipeline.benchmarks.crux.schema import Collection, QueryView
 from pipeline.core.benchmark import Run, RunRow
+from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement
+from pipeline.core.results import (
+    Excluded,
+    Invalid,
+    ItemScore,
+    Metric,
+    Outcome,
+    ResultRow,
+    RowKey,
+    Scored,
+    join,
+)
 
-METRICS = ("coverage", "alpha_ndcg", "density", "recall", "ndcg")
+
+def _pct(name: str, title: str, hi: float | None = 100.0) -> Metric:
+    return Metric(name, title, scale=100.0, digits=4, unit="x100", lo=0.0, hi=hi)
+
+
+# Per query, macro-averaged over queries, x100; Coverage first (the main metric). alpha-nDCG
+# and Density have no fixed top: the ideal is greedy, and a context can be denser than Z*.
+METRICS = (
+    _pct("coverage", "Cov(Z)"),
+    _pct("alpha_ndcg", "alpha-nDCG", hi=None),
+    _pct("density", "Den(Z)", hi=None),
+    _pct("recall", "Recall"),
+    _pct("ndcg", "nDCG"),
+)
 CONTEXT_METRICS = ("coverage", "alpha_ndcg", "density")
 ANSWERED = {"FULL_COVERAGE"}
+NO_SUBQUESTION = "no answerable sub-question"
 
 
 def views(dataset: Sequence[Collection]) -> dict[str, QueryView]:
@@ -52,12 +83,11 @@ class Rated:
 
 
 def rated(view: QueryView, j: Judgement) -> Rated:
+    """The judgement's ratings (its targets checked by `check_targets`)."""
     index = {s.qid: i for i, s in enumerate(view.query.subquestions)}
     out = Rated()
     for v in j.verdicts:
         pid, qid = split_target(v.target_id)
-        if qid not in index:
-            continue
         if v.status == "ok":
             out.ratings[(pid, index[qid])] = int(v.label)
         else:
@@ -65,27 +95,35 @@ def rated(view: QueryView, j: Judgement) -> Rated:
     return out
 
 
-def relevance(
-    runs: Mapping[str, Sequence[str]], qrels: Mapping[str, Sequence[str]]
-) -> dict[str, dict[str, float]]:
-    """Recall and nDCG of each query's context (its passages, in rank order) against its
-    relevant passages, with ir-measures: {query: {"recall": ..., "ndcg": ...}}."""
+def check_targets(view: QueryView, j: Judgement, where: str) -> None:
+    """Every verdict rates a passage of the query's collection on one of its sub-questions."""
+    qids = {s.qid for s in view.query.subquestions}
+    for v in j.verdicts:
+        pid, qid = split_target(v.target_id)
+        if pid not in view.passages or qid not in qids:
+            what = "passage" if pid not in view.passages else "sub-question"
+            raise DataError(
+                f"verdict on an unknown {what} of query {j.item_id!r} (judge {j.judge})",
+                file=where,
+                item=j.generation_id,
+                field=f"verdicts.{v.target_id}",
+            )
+
+
+@lru_cache(maxsize=4096)
+def relevance(context: tuple[str, ...], relevant: tuple[str, ...]) -> tuple[float, float]:
+    """(recall, nDCG) of a context (its passages, in rank order) against the query's relevant
+    passages (binary), with ir-measures; 0 when nothing is relevant."""
     import ir_measures
     from ir_measures import Qrel, ScoredDoc, nDCG
 
-    recall = ir_measures.R @ 10_000
-    ndcg = nDCG @ 10_000
-    qrel_rows = [Qrel(q, p, 1) for q, ps in qrels.items() if q in runs for p in ps]
-    run_rows = [
-        ScoredDoc(q, p, float(len(ps) - r)) for q, ps in runs.items() for r, p in enumerate(ps)
-    ]
-    out: dict[str, dict[str, float]] = {q: {"recall": 0.0, "ndcg": 0.0} for q in runs}
-    for metric in ir_measures.iter_calc([recall, ndcg], qrel_rows, run_rows):
-        if metric.query_id in out:
-            out[metric.query_id]["recall" if metric.measure == recall else "ndcg"] = float(
-                metric.value
-            )
-    return out
+    recall, ndcg = ir_measures.R @ 10_000, nDCG @ 10_000
+    qrels = [Qrel("q", p, 1) for p in relevant]
+    run = [ScoredDoc("q", p, float(len(context) - r)) for r, p in enumerate(context)]
+    out = {"recall": 0.0, "ndcg": 0.0}
+    for metric in ir_measures.iter_calc([recall, ndcg], qrels, run):
+        out["recall" if metric.measure == recall else "ndcg"] = float(metric.value)
+    return out["recall"], out["ndcg"]
 
 
 def is_labels(run: Run) -> bool:
@@ -97,122 +135,122 @@ def judge_pool(run: Run, qviews: Mapping[str, QueryView]) -> dict[str, Rated]:
     """Per query, every pair the run's judge rated in any context (for its alpha-nDCG ideal)."""
     pool: dict[str, Rated] = defaultdict(Rated)
     for j in run.judgements:
-        if j.item_id in qviews and j.status != "error":
+        if j.status != "error":
             r = rated(qviews[j.item_id], j)
             pool[j.item_id].ratings |= r.ratings
             pool[j.item_id].invalid |= r.invalid
     return pool
 
 
-COUNTS = ("n_excluded", "n_unjudged", "n_failed", "n_invalid")
+def at_cutoffs(run: Run, qviews: Mapping[str, QueryView], cutoffs: Sequence[str]) -> Run:
+    """The run as the result model scores it: each context generation (one retriever's ranking)
+    once per cut-off (setting `<retriever>@<cutoff>`, its meta naming the retriever and the
+    cut-off), each judgement with it. First the run as read is joined (errors
+    name its records: an orphan or duplicate judgement, an unknown query) and every verdict's
+    target checked. A judgement without verdicts of a query with sub-questions (the local
+    judge's, outside `judge_sample`) is no rating: the context is counted unjudged. A judge
+    other than the labels gets its pool over the run (meta `pool`: alpha-nDCG's ideal)."""
+    glines, jlines = run.generation_lines, run.judgement_lines
+    join(qviews, run.generations, run.judgements, generation_lines=glines,
+         judgement_lines=jlines, unjudged="count")  # fmt: skip
+    for n, j in enumerate(run.judgements):
+        where = jlines[n] if n < len(jlines) else f"judgements #{n + 1}"
+        if j.item_id not in qviews:
+            raise DataError("judgement of an unknown query", file=where, item=j.generation_id,
+                            field="item_id")  # fmt: skip
+        check_targets(qviews[j.item_id], j, where)
+    pools = None if is_labels(run) else judge_pool(run, qviews)
+
+    gens: dict[str, list[Generation]] = {}  # the run's generation ids -> one per cut-off
+    for g in run.generations:
+        pool = None if pools is None else pools.get(g.item_id, Rated())
+        gens[g.generation_id] = [
+            g.model_copy(
+                update={
+                    "setting": f"{g.setting}@{c}",
+                    "meta": g.meta | {"retriever": g.setting, "cutoff": c, "pool": pool},
+                }
+            )
+            for c in cutoffs
+        ]
+    rating = [
+        n
+        for n, j in enumerate(run.judgements)
+        if j.verdicts or j.status != "ok" or not qviews[j.item_id].query.subquestions
+    ]
+    judgements = [
+        run.judgements[n].model_copy(
+            update={"generation_id": g.generation_id, "setting": g.setting}
+        )
+        for n in rating
+        for g in gens[run.judgements[n].generation_id]
+    ]
+    return Run(
+        run.model,
+        run.judge,
+        [g for each in gens.values() for g in each],
+        judgements,
+        [line for line in glines for _ in cutoffs],
+        [jlines[n] for n in rating if n < len(jlines) for _ in cutoffs],
+    )
 
 
-def context_rows(
-    section: CruxParams, dataset: Sequence[Collection], runs: Sequence[Run]
-) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], list[dict[str, Any]]]]:
-    """One row per (domain, model, retriever, cut-off, judge), and the per-query scores.
+def context_score(sc: CruxScoring, view: QueryView, g: Generation, j: Judgement) -> Outcome:
+    """One query's context at one cut-off (a generation of `at_cutoffs`), by one judge.
+    alpha-nDCG's ideal ranking: over the dataset's ratings for the labels, over every pair the
+    judge rated for the query (in any context) for another judge, so that a judge is compared
+    with its own best. Recall and nDCG: against the passages the labels rate >= eta."""
+    q = view.query
+    n = len(q.subquestions)
+    keys = {"domain": q.domain}
+    if n == 0:
+        return Excluded(NO_SUBQUESTION, keys)
+    ctx = cut(g, q, g.meta["cutoff"], view.passages)
+    r = rated(view, j)
+    bad = sum(1 for p in ctx.passages for i in range(n) if (p, i) in r.invalid)
+    if bad:
+        return Invalid("a verdict in the context invalid", bad, keys)
+    labelled = [p for p in q.ratings if m.answered_by(q.ratings[p], sc.eta)]
+    pool: Rated | None = g.meta["pool"]
+    ideal: Callable[[str, int], int]
+    if pool is None:
+        ideal, relevant = q.rating, labelled
+    else:
+        ideal = pool.rate
+        relevant = list(dict.fromkeys(p for (p, _), v in pool.ratings.items() if v >= sc.eta))
+    k = len(ctx.passages)
+    cov = m.coverage(ctx.passages, r.rate, n, sc.eta)
+    recall, ndcg = relevance(tuple(ctx.passages), tuple(labelled))
+    values = {
+        "coverage": cov,
+        "alpha_ndcg": m.alpha_ndcg(ctx.passages, r.rate, relevant, ideal, n, sc.eta, sc.alpha, k),
+        "density": m.density(
+            cov, ctx.tokens, 1.0, sum(view.passages[p].tokens for p in q.zstar), sc.w
+        ),
+        "recall": recall,
+        "ndcg": ndcg,
+    }
+    detail = {"passages": k, "tokens": ctx.tokens}
+    return Scored([ItemScore(q.item_id, values=values, keys=keys, detail=detail)])
 
-    A query is left out of a row, and counted, when it has no answerable sub-question
-    (`n_excluded`), when the judge did not rate its context (`n_unjudged`: outside the judge's
-    sample, or no judgement), when its context or its judgement failed (`n_failed`), or when a
-    verdict inside the context is invalid (`n_invalid`). alpha-nDCG's ideal ranking: over the
-    dataset's ratings for the labels, over every pair the judge rated for the query (in any
-    context) for another judge, so that a judge is compared with its own best."""
-    sc = section.scoring
-    qviews = views(dataset)
-    cells: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-    counts: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: dict.fromkeys(COUNTS, 0))
-    contexts: dict[tuple[str, ...], dict[str, list[str]]] = defaultdict(dict)
-    qrels: dict[str, list[str]] = {}
-    for run in runs:
-        by_gen = {j.generation_id: j for j in run.judgements}
-        pool = None if is_labels(run) else judge_pool(run, qviews)
-        for g in run.generations:
-            view = qviews[g.item_id]
-            q = view.query
-            n = len(q.subquestions)
-            j = by_gen.get(g.generation_id)
-            for cutoff in sc.cutoffs:
-                key: tuple[str, ...] = (q.domain, run.model, g.system, g.setting, cutoff, run.judge)
-                c = counts[key]
-                if n == 0:
-                    c["n_excluded"] += 1
-                    continue
-                if g.status != "ok" or (j is not None and j.status == "error"):
-                    c["n_failed"] += 1
-                    continue
-                if j is None or not j.verdicts:
-                    c["n_unjudged"] += 1
-                    continue
-                ctx = cut(g, q, cutoff, view.passages)
-                r = rated(view, j)
-                if any((p, i) in r.invalid for p in ctx.passages for i in range(n)):
-                    c["n_invalid"] += 1
-                    continue
-                labelled = [p for p in q.ratings if m.answered_by(q.ratings[p], sc.eta)]
-                ideal: Callable[[str, int], int]
-                if pool is None:
-                    ideal, relevant = q.rating, labelled
-                else:
-                    mine = pool[q.item_id]
-                    ideal = mine.rate
-                    relevant = list(
-                        dict.fromkeys(p for (p, _), v in mine.ratings.items() if v >= sc.eta)
-                    )
-                qrels[q.item_id] = labelled
-                contexts[key][q.item_id] = ctx.passages
-                tokens_star = sum(view.passages[p].tokens for p in q.zstar)
-                cov = m.coverage(ctx.passages, r.rate, n, sc.eta)
-                k = len(ctx.passages)
-                cells[key].append(
-                    {
-                        "item_id": q.item_id,
-                        "coverage": cov,
-                        "alpha_ndcg": m.alpha_ndcg(
-                            ctx.passages, r.rate, relevant, ideal, n, sc.eta, sc.alpha, k
-                        ),
-                        "density": m.density(cov, ctx.tokens, 1.0, tokens_star, sc.w),
-                        "passages": k,
-                        "tokens": ctx.tokens,
-                    }
-                )
-    # rows in the order of params.yaml: judges, retrievers, cut-offs
-    judges = list(dict.fromkeys(r.judge for r in runs))
-    retrievers = list(dict.fromkeys(g.setting for r in runs for g in r.generations))
 
-    def order(key: tuple[str, ...]) -> tuple[Any, ...]:
-        domain, model, system, retriever, cutoff, judge = key
-        return (domain, model, system, judges.index(judge), retrievers.index(retriever),
-                sc.cutoffs.index(cutoff))  # fmt: skip
+def context_extra(row: ResultRow, scores: Sequence[ItemScore]) -> None:
+    """The row's retriever and cut-off, and the mean size of its contexts."""
+    retriever, _, cutoff = row.setting.rpartition("@")
+    row.extra |= {"retriever": retriever, "cutoff": cutoff}
+    for name, nd in (("passages", 3), ("tokens", 1)):
+        sizes = [s.detail[name] for s in scores]
+        row.extra[name] = round(fmean(sizes), nd) if sizes else None
 
-    rows, details = [], {}
-    for key in sorted(set(cells) | set(counts), key=order):
-        domain, model, system, retriever, cutoff, judge = key
-        scored = cells.get(key, [])
-        rel = relevance(contexts.get(key, {}), qrels)
-        for s in scored:
-            s |= rel.get(s["item_id"], {"recall": 0.0, "ndcg": 0.0})
-        row: dict[str, Any] = {
-            "benchmark": "crux",
-            "domain": domain,
-            "system": system,
-            "retriever": retriever,
-            "cutoff": cutoff,
-            "setting": f"{retriever}@{cutoff}",
-            "judge": judge,
-            "model": model,
+
+def summary(rows: Sequence[ResultRow]) -> dict[str, Any]:
+    """For `dvc metrics`: {domain/judge: {retriever@cutoff: {coverage, alpha_ndcg, density}}}."""
+    out: dict[str, Any] = {}
+    for r in rows:
+        out.setdefault(f"{r.keys['domain']}/{r.judge}", {})[r.setting] = {
+            k: None if (v := r.metrics[k]) is None else round(v, 2) for k in CONTEXT_METRICS
         }
-        for metric in METRICS:
-            row[metric] = round(100 * fmean(s[metric] for s in scored), 4) if scored else None
-        row |= {
-            "passages": round(fmean(s["passages"] for s in scored), 3) if scored else None,
-            "tokens": round(fmean(s["tokens"] for s in scored), 1) if scored else None,
-            "n_queries": len(scored),
-            **counts[key],
-        }
-        rows.append(row)
-        details[key] = scored
-    return rows, details
+    return out
 
 
 # ---------------------------------------------------------------- judges vs the labels
@@ -223,7 +261,8 @@ def label_agreement(
 ) -> list[dict[str, Any]]:
     """Each judge that is not the labels against the labels, on every pair it rated (a pair in
     several contexts counts once), per domain and over all: Cohen's kappa of the answerable
-    decision (rating >= eta), with a 95% bootstrap interval over pairs."""
+    decision (rating >= eta), with a 95% bootstrap interval over pairs. Pairs, not contexts:
+    it reads the judgements (their targets checked when the runs were scored)."""
     from pipeline.metrics.agreement import bootstrap_ci, cohen_kappa
 
     eta = section.scoring.eta
@@ -288,6 +327,7 @@ PAIRS = (
 # over summarizers of the tau across that summarizer's retrievers (the paper's design: one
 # generator, the retrieval varied); pipelines: every retriever x summarizer pair.
 LEVELS = ("retrievers", "per_summarizer", "pipelines")
+PLOTTED = ("coverage", "cov_y", "pipelines")  # the tau whose pipelines the report plots
 
 
 @dataclass(frozen=True)
@@ -333,6 +373,23 @@ def answer_scores(
     return dict(out), skipped
 
 
+# (domain, context model, context judge) -> retriever -> query -> the context's metric values
+ContextScores = dict[tuple[str, str, str], dict[str, dict[str, Mapping[str, float | None]]]]
+
+
+def context_scores(
+    rows: Sequence[ResultRow], scores: Mapping[RowKey, Sequence[ItemScore]], cutoff: str
+) -> ContextScores:
+    """The item scores of the rows at `cutoff` (those with a scored query), for `tau_rows`."""
+    out: ContextScores = defaultdict(dict)
+    for r in rows:
+        items = scores.get(r.key, ())
+        if r.extra["cutoff"] == cutoff and items:
+            by_query = {s.item_id: s.values for s in items}
+            out[(r.keys["domain"], r.model, r.judge)][r.extra["retriever"]] = by_query
+    return out
+
+
 def _quantiles(values: Sequence[float]) -> tuple[float | None, float | None]:
     kept = [v for v in values if not math.isnan(v)]
     if not kept:
@@ -340,248 +397,159 @@ def _quantiles(values: Sequence[float]) -> tuple[float | None, float | None]:
     return float(np.quantile(kept, 0.025)), float(np.quantile(kept, 0.975))
 
 
+def _weights(nq: int, n_boot: int, seed: int) -> np.ndarray:
+    """Query weights (rows): the point estimate (every query once), then each resample's."""
+    draws = np.random.default_rng(seed).integers(0, nq, (n_boot, nq))
+    return np.vstack([np.ones(nq), *(np.bincount(d, minlength=nq) for d in draws)]) / nq
+
+
+def _taus(
+    x: Mapping[str, np.ndarray],
+    y: Mapping[str, np.ndarray],
+    owner: np.ndarray,
+    systems: Mapping[str, list[int]],
+    weights: np.ndarray,
+) -> dict[tuple[str, str, str], tuple[float, np.ndarray]]:
+    """(metric, target, level) -> (tau, its bootstrap resamples). `x`: retrievers x queries,
+    `y`: pipelines x queries; `owner`: each pipeline's retriever; `systems`: each summarizer's
+    pipelines (two retrievers or more)."""
+    n_ret = x[PAIRS[0][0]].shape[0]
+    per_ret = np.asarray([(owner == i) / (owner == i).sum() for i in range(n_ret)])
+    out = {}
+    for metric, target in PAIRS:
+        # weighted means over queries, (1 + resamples) x (retrievers | pipelines)
+        xr = np.round((x[metric] @ weights.T).T, 12)
+        yp = np.round((y[target] @ weights.T).T, 12)
+        yr = np.round(yp @ per_ret.T, 12)  # each retriever's answers, over its summarizers
+        for level, a, b in (("retrievers", xr, yr), ("pipelines", xr[:, owner], yp)):
+            out[(metric, target, level)] = (
+                m.kendall_tau_b(list(a[0]), list(b[0])),
+                m.kendall_tau_b_rows(a[1:], b[1:]),
+            )
+        if systems:  # the paper's design: one generator, retrievers varied
+            each = [m.kendall_tau_b_rows(xr[:, owner[ix]], yp[:, ix]) for ix in systems.values()]
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(np.stack(each), axis=0)
+            out[(metric, target, "per_summarizer")] = (float(mean[0]), mean[1:])
+    return out
+
+
+def _r6(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else round(x, 6)
+
+
 def tau_rows(
-    section: CruxParams,
-    details: Mapping[tuple[str, ...], Sequence[Mapping[str, Any]]],
-    answers: Answers,
-    seed: int,
+    section: CruxParams, contexts: ContextScores, answers: Answers, seed: int
 ) -> list[dict[str, Any]]:
-    """Kendall tau-b between each context metric (one context judge's, at `answers.cutoff`) and
-    the answers' Cov(y) and Den(y), per domain, at the three `LEVELS` (a pipeline's context
-    score is its retriever's); every score a mean over the queries every pipeline answered, with
-    a 95% bootstrap interval over those queries; and against SummHay's Joint (pooled per
-    pipeline, no interval)."""
-    cutoff = section.answers.cutoff
-    n_boot = section.scoring.bootstrap_resamples
-    # (domain, context model, context judge) -> retriever -> query -> scores
-    ctx: dict[tuple[str, str, str], dict[str, dict[str, Mapping[str, Any]]]] = defaultdict(dict)
-    for key, scored in details.items():
-        domain, model, _system, retriever, c, judge = key
-        if c == cutoff and scored:
-            ctx[(domain, model, judge)][retriever] = {s["item_id"]: s for s in scored}
+    """Kendall tau-b between each context metric (one context judge's, at `answers.cutoff`:
+    `context_scores`) and the answers' Cov(y) and Den(y), per domain, at the three `LEVELS` (a
+    pipeline's context score is its retriever's); every score a mean over the queries every
+    pipeline answered, with a 95% bootstrap interval over those queries; and against SummHay's
+    Joint (pooled per pipeline, no interval)."""
     out: list[dict[str, Any]] = []
-    for (domain, model, cjudge), by_ret in sorted(ctx.items()):
+    for (domain, model, cjudge), by_ret in sorted(contexts.items()):
         for ajudge in dict.fromkeys(k[0] for k in answers.scores):  # the files' order
             pipes = {
                 (setting, system): v
                 for (j, setting, system), v in answers.scores.items()
                 if j == ajudge and setting in by_ret
             }
-            if not pipes:
-                continue
             keys = sorted(pipes)
             retrievers = sorted({s for s, _ in keys})
             answered = [set(v) for v in pipes.values()] + [set(by_ret[s]) for s in retrievers]
-            queries = sorted(set.intersection(*answered))
+            queries = sorted(set.intersection(*answered)) if answered else []
             if len(queries) < 2 or len(retrievers) < 2:
                 continue
-            x = {
-                metric: np.asarray([[by_ret[s][q][metric] for q in queries] for s in retrievers])
-                for metric in {p for p, _ in PAIRS}
-            }
-            y = {
-                t: np.asarray([[pipes[k][q][n] for q in queries] for k in keys])
-                for n, t in enumerate(("cov_y", "den_y"))
-            }
+            metrics = dict.fromkeys(p for p, _ in PAIRS)
+            x = {k: np.asarray([[by_ret[s][q][k] for q in queries] for s in retrievers])
+                 for k in metrics}  # fmt: skip
+            y = {t: np.asarray([[pipes[k][q][n] for q in queries] for k in keys])
+                 for n, t in enumerate(("cov_y", "den_y"))}  # fmt: skip
             owner = np.asarray([retrievers.index(s) for s, _ in keys])
-            # mean over a pipeline's summarizers, per retriever: (retrievers, pipelines)
-            per_ret = np.asarray(
-                [(owner == i) / (owner == i).sum() for i in range(len(retrievers))]
-            )
-            nq = len(queries)
-            # query weights: the point estimate (every query once), then each resample's counts
-            rng = np.random.default_rng(seed)
-            draws = rng.integers(0, nq, (n_boot, nq))
-            weights = (
-                np.vstack(
-                    [np.ones((1, nq)), np.stack([np.bincount(d, minlength=nq) for d in draws])]
-                    if n_boot
-                    else [np.ones((1, nq))]
-                )
-                / nq
-            )
-
-            def means(a: np.ndarray, w: np.ndarray = weights) -> np.ndarray:
-                return np.asarray(np.round((a @ w.T).T, 12))  # (1 + resamples, rows)
-
-            point: dict[tuple[str, str, str], float] = {}
-            boots: dict[tuple[str, str, str], np.ndarray] = {}
-            # each summarizer's pipelines, by retriever (those with two retrievers or more)
             systems = {
                 system: [keys.index((s, system)) for s in retrievers if (s, system) in pipes]
                 for system in dict.fromkeys(system for _, system in keys)
             }
             systems = {k: v for k, v in systems.items() if len(v) >= 2}
-            for metric, target in PAIRS:
-                xr, yp = means(x[metric]), means(y[target])
-                yr = np.round(yp @ per_ret.T, 12)
-                for level, (a, b) in (
-                    ("retrievers", (xr, yr)),
-                    ("pipelines", (xr[:, owner], yp)),
-                ):
-                    point[(metric, target, level)] = m.kendall_tau_b(list(a[0]), list(b[0]))
-                    boots[(metric, target, level)] = m.kendall_tau_b_rows(a[1:], b[1:])
-                if systems:  # the paper's design: one generator, retrievers varied
-                    each = np.stack(
-                        [
-                            m.kendall_tau_b_rows(xr[:, owner[ix]], yp[:, ix])
-                            for ix in systems.values()
-                        ]
-                    )
-                    with np.errstate(all="ignore"), warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        mean = np.nanmean(each, axis=0)
-                    point[(metric, target, "per_summarizer")] = float(mean[0])
-                    boots[(metric, target, "per_summarizer")] = mean[1:]
-            base = {
-                "domain": domain,
-                "model": model,
-                "context_judge": cjudge,
-                "answer_judge": ajudge,
-                "cutoff": cutoff,
-                "n_queries": len(queries),
-            }
-            for (metric, target, level), tau in point.items():
-                low, high = _quantiles(list(boots[(metric, target, level)]))
-                extra: dict[str, Any] = {}
-                if (metric, target, level) == ("coverage", "cov_y", "pipelines"):
+            weights = _weights(len(queries), section.scoring.bootstrap_resamples, seed)
+            base = {"domain": domain, "model": model, "context_judge": cjudge,
+                    "answer_judge": ajudge, "cutoff": section.answers.cutoff,
+                    "n_queries": len(queries)}  # fmt: skip
+            for (metric, target, level), (tau, boots) in _taus(
+                x, y, owner, systems, weights
+            ).items():
+                low, high = _quantiles(list(boots))
+                points = []
+                if (metric, target, level) == PLOTTED:
                     xs, ys = x[metric].mean(axis=1), y[target].mean(axis=1)
-                    extra["points"] = [
-                        {
-                            "retriever": s,
-                            "system": system,
-                            "context": round(100 * float(xs[retrievers.index(s)]), 4),
-                            "answer": round(100 * float(ys[n]), 4),
-                        }
+                    points = [
+                        {"retriever": s, "system": system,
+                         "context": round(100 * float(xs[retrievers.index(s)]), 4),
+                         "answer": round(100 * float(ys[n]), 4)}
                         for n, (s, system) in enumerate(keys)
-                    ]
+                    ]  # fmt: skip
+                each = len(systems) if level == "per_summarizer" else len({s for _, s in keys})
                 out.append(
                     base
-                    | extra
-                    | {
-                        "metric": metric,
-                        "target": target,
-                        "level": level,
-                        "tau": None if math.isnan(tau) else round(tau, 6),
-                        "ci_low": None if low is None else round(low, 6),
-                        "ci_high": None if high is None else round(high, 6),
-                        "n_points": len(keys) if level == "pipelines" else len(retrievers),
-                        "n_summarizers": len(systems)
-                        if level == "per_summarizer"
-                        else len({system for _, system in keys}),
-                    }
-                )
-            joint = {
-                k: answers.joint[(ajudge, domain, *k)]
-                for k in keys
-                if (ajudge, domain, *k) in answers.joint
-            }
+                    | ({"points": points} if points else {})
+                    | {"metric": metric, "target": target, "level": level, "tau": _r6(tau),
+                       "ci_low": _r6(low), "ci_high": _r6(high),
+                       "n_points": len(keys) if level == "pipelines" else len(retrievers),
+                       "n_summarizers": each}
+                )  # fmt: skip
+            joint = {k: answers.joint[(ajudge, domain, *k)] for k in keys
+                     if (ajudge, domain, *k) in answers.joint}  # fmt: skip
             if len(joint) < 2:
                 continue
-            for metric in dict.fromkeys(p for p, _ in PAIRS):
+            for metric in metrics:
                 xr = x[metric].mean(axis=1)
                 tau = m.kendall_tau_b(
                     [float(xr[retrievers.index(s)]) for s, _ in joint], list(joint.values())
                 )
                 out.append(
                     base
-                    | {
-                        "metric": metric,
-                        "target": "joint",
-                        "level": "pipelines",
-                        "tau": None if math.isnan(tau) else round(tau, 6),
-                        "ci_low": None,
-                        "ci_high": None,
-                        "n_points": len(joint),
-                    }
-                )
+                    | {"metric": metric, "target": "joint", "level": "pipelines",
+                       "tau": _r6(tau), "ci_low": None, "ci_high": None, "n_points": len(joint)}
+                )  # fmt: skip
     return out
 
 
-def summary(rows: Sequence[Mapping[str, Any]], taus: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """For `dvc metrics`: {domain/judge: {retriever@cutoff: {coverage, alpha_ndcg, density}}}
-    and {"tau": {domain/context judge/answer judge: {metric->target@level: tau}}}."""
-    out: dict[str, Any] = {}
-    for r in rows:
-        out.setdefault(f"{r['domain']}/{r['judge']}", {})[r["setting"]] = {
-            k: None if r[k] is None else round(r[k], 2) for k in CONTEXT_METRICS
-        }
+def tau_summary(taus: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """For `dvc metrics`: {"tau": {domain/context judge/answer judge: {metric->target@level:
+    tau}}} (nothing without taus)."""
+    out: dict[str, dict[str, float | None]] = {}
     for t in taus:
         where = f"{t['domain']}/{t['context_judge']}/{t['answer_judge']}"
         name = f"{t['metric']}->{t['target']}@{t['level']}"
-        out.setdefault("tau", {}).setdefault(where, {})[name] = (
-            None if t["tau"] is None else round(t["tau"], 3)
-        )
-    return out
-
-
-def run_rows(
-    rows: Sequence[dict[str, Any]],
-    details: Mapping[tuple[str, ...], list[dict[str, Any]]],
-    kappas: Mapping[tuple[str, str, str], float],
-) -> list[RunRow]:
-    out = []
-    for row in rows:
-        key = tuple(
-            str(row[k]) for k in ("domain", "model", "system", "retriever", "cutoff", "judge")
-        )
-        numbers = {k: float(row[k]) for k in (*METRICS, "passages", "tokens") if row[k] is not None}
-        numbers |= {k: float(row[k]) for k in ("n_queries", *COUNTS)}
-        kappa = kappas.get((row["model"], row["judge"], row["domain"]))
-        if kappa is not None:
-            numbers["kappa"] = kappa
-        out.append(
-            RunRow(
-                key="|".join(key),
-                name=" / ".join(str(row[k]) for k in ("retriever", "cutoff", "judge", "domain")),
-                metrics=numbers,
-                params={
-                    k: str(row[k]) for k in ("domain", "retriever", "cutoff", "judge", "model")
-                },
-                tags={
-                    "domain": row["domain"],
-                    "setting": row["setting"],
-                    "model.name": row["system"],
-                    "retriever": row["retriever"],
-                    "cutoff": row["cutoff"],
-                },
-                artifacts={"queries.jsonl": details.get(key, []), "row.json": row},
-                model=row["model"],
-                judge=row["judge"],
-            )
-        )
-    return out
+        out.setdefault(where, {})[name] = None if t["tau"] is None else round(t["tau"], 3)
+    return {"tau": out} if out else {}
 
 
 def tau_run_rows(taus: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]) -> list[RunRow]:
-    """One MLflow run per (domain, context judge, answer judge): each tau and its interval as
-    metrics `tau.<context metric>.<answer metric>.<level>` (`.ci_low`, `.ci_high`), with the
-    plot of the contexts against the answers."""
+    """CRUX's analysis runs, one per (domain, context judge, answer judge): each tau and its
+    interval as metrics `tau.<context metric>.<answer metric>.<level>` (`.ci_low`, `.ci_high`),
+    with the plot of the contexts against the answers."""
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for t in taus:
-        groups[
-            tuple(str(t[k]) for k in ("domain", "model", "context_judge", "answer_judge"))
-        ].append(t)
+        group = tuple(str(t[k]) for k in ("domain", "model", "context_judge", "answer_judge"))
+        groups[group].append(t)
     out = []
     for (domain, model, cjudge, ajudge), ts in groups.items():
-        numbers: dict[str, float] = {}
+        numbers = {"n_queries": float(ts[0]["n_queries"])}
         for t in ts:
             name = f"tau.{t['metric']}.{t['target']}.{t['level']}"
             for suffix, key in (("", "tau"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
                 if t[key] is not None:
                     numbers[name + suffix] = float(t[key])
-        numbers["n_queries"] = float(ts[0]["n_queries"])
+        params = {"domain": domain, "context_judge": cjudge, "answer_judge": ajudge,
+                  "cutoff": str(ts[0]["cutoff"])}  # fmt: skip
         out.append(
             RunRow(
                 key=f"tau|{domain}|{model}|{cjudge}|{ajudge}",
                 name=f"tau / {cjudge} contexts vs {ajudge} answers / {domain}",
                 metrics=numbers,
-                params={
-                    "domain": domain,
-                    "context_judge": cjudge,
-                    "answer_judge": ajudge,
-                    "cutoff": str(ts[0]["cutoff"]),
-                },
+                params=params,
                 tags={"domain": domain, "analysis": "tau", "setting": "tau"},
                 artifacts={"tau.json": [dict(t) for t in ts]},
                 plots=plots,

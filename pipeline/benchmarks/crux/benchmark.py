@@ -17,18 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pipeline.benchmarks.crux import aggregate as agg
 from pipeline.benchmarks.crux import construction, contexts, derived, judging, layout
-from pipeline.benchmarks.crux.aggregate import (
-    Answers,
-    answer_scores,
-    context_rows,
-    label_agreement,
-    run_rows,
-    summary,
-    tau_rows,
-    tau_run_rows,
-    views,
-)
+from pipeline.benchmarks.crux.aggregate import Answers, answer_scores, views
 from pipeline.benchmarks.crux.params import ContextsModel, CruxParams, LabelsJudge
 from pipeline.benchmarks.crux.report import figures, render, report_section
 from pipeline.benchmarks.crux.schema import Collection, QueryView
@@ -45,10 +36,12 @@ from pipeline.core.benchmark import (
     Planned,
     ReportSection,
     Run,
+    RunRow,
 )
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict, validate_lines
+from pipeline.core.results import ItemScore, Outcome, ResultRow, RowKey
 
 DERIVED = "summhay"
 Ctx = Context[CruxParams]
@@ -235,29 +228,82 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
                     joint[key] = float(r["joint"])
         return Answers(scores, joint, skipped, [a.generations, *a.judgements])
 
+    # The result model: the context metrics per (domain, retriever@cutoff, judge), each context
+    # scored once per cut-off (aggregate.py: at_cutoffs); judges other than the labels rate a
+    # sample (`judge_sample`): the contexts they did not rate are counted, `n_unjudged`.
+    metrics = agg.METRICS
+    group_keys = ("domain",)
+    unjudged = "count"
+
+    def item_score(
+        self, ctx: Ctx, item: QueryView, generation: Generation, judgement: Judgement
+    ) -> Outcome:
+        return agg.context_score(ctx.section.scoring, item, generation, judgement)
+
+    def failed_keys(
+        self, ctx: Ctx, item: QueryView, generation: Generation
+    ) -> Sequence[Mapping[str, str]]:
+        return [{"domain": item.query.domain}]
+
+    def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
+        agg.context_extra(row, scores)
+
+    def score(
+        self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]
+    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+        """Every context at every cut-off; rows in the order of params.yaml (judges, retrievers,
+        cut-offs) within each domain."""
+        qviews, cutoffs = views(dataset), ctx.section.scoring.cutoffs
+        each = [agg.at_cutoffs(r, qviews, cutoffs) for r in runs]
+        rows, scores = super().score(ctx, dataset, each)
+        judges = [r.judge for r in runs]
+        retrievers = list(dict.fromkeys(g.setting for r in runs for g in r.generations))
+        rows.sort(
+            key=lambda r: (r.keys["domain"], r.model, r.system, judges.index(r.judge),
+                           retrievers.index(r.extra["retriever"]), cutoffs.index(r.extra["cutoff"]))
+        )  # fmt: skip
+        return rows, scores
+
+    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
+        return agg.summary(rows)
+
+    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
+        """The row's run, with its retriever and cut-off as tags and its mean size as metrics."""
+        run = super().run_row(row, scores)
+        run.tags.update(retriever=row.extra["retriever"], cutoff=row.extra["cutoff"])
+        sizes = {k: row.extra[k] for k in ("passages", "tokens") if row.extra[k] is not None}
+        run.metrics.update({k: float(v) for k, v in sizes.items()})
+        return run
+
     def aggregate(self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]) -> Aggregated:
+        """The context rows (the result model), then CRUX's own analyses: each judge against
+        the labels, and the contexts against the final answers (Kendall tau)."""
         cx = ctx.section
         seed = ctx.params.seed
-        rows, details = context_rows(cx, dataset, runs)
-        agreement = label_agreement(cx, dataset, runs, seed)
-        qviews = views(dataset)
-        answers = self._answers(ctx, qviews)
-        taus = tau_rows(cx, details, answers, seed) if answers is not None else []
-        kappas = {
-            (a["model"], a["judge"], a["domain"]): a["kappa"]
-            for a in agreement
-            if a["kappa"] is not None
-        }
+        rows, scores = self.score(ctx, dataset, runs)
+        agreement = agg.label_agreement(cx, dataset, runs, seed)
+        answers = self._answers(ctx, views(dataset))
+        taus = []
+        if answers is not None:
+            contexts = agg.context_scores(rows, scores, cx.answers.cutoff)
+            taus = agg.tau_rows(cx, contexts, answers, seed)
         source = f"derived:{DERIVED}" if cx.source == DERIVED else cx.source
-        metrics = {"rows": rows, "agreement": agreement, "tau": taus, "source": source}
-        plots = figures(rows, taus)
-        return Aggregated(
-            metrics=metrics,
-            summary=summary(rows, taus),
-            report=render(cx, dataset, rows, agreement, taus, answers, source),
-            runs=run_rows(rows, details, kappas) + tau_run_rows(taus, plots),
+        flat = [r.flat() for r in rows]
+        plots = figures(flat, taus)
+        out = self.aggregated(
+            rows,
+            scores,
+            metrics={"agreement": agreement, "tau": taus, "source": source},
+            report=render(cx, dataset, flat, agreement, taus, answers, source),
             figures=plots,
         )
+        kappas = {(a["model"], a["judge"], a["domain"]): a["kappa"] for a in agreement}
+        for run in out.runs:  # each context run: its judge's kappa against the labels
+            if (kappa := kappas.get((run.model, run.judge, run.params["domain"]))) is not None:
+                run.metrics["kappa"] = kappa
+        out.runs.extend(agg.tau_run_rows(taus, plots))
+        out.summary.update(agg.tau_summary(taus))
+        return out
 
     def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
         return report_section(metrics, where)
