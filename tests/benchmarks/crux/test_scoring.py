@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.benchmarks.crux.aggregate import Answers, tau_rows, views
+from pipeline.benchmarks.crux.aggregate import Answers, ContextScores, tau_rows, views
 from pipeline.benchmarks.crux.benchmark import Crux
 from pipeline.benchmarks.crux.judging import target
 from pipeline.benchmarks.crux.params import CruxParams
@@ -91,7 +91,8 @@ def test_rows_by_hand() -> None:
     r = _row(rows, "first-stage", "2")
     # q1 only (q2 has no answerable sub-question: excluded and counted); context p4, p1:
     # p1 answers sub-questions 1 and 3 of 3
-    assert (r["n_queries"], r["n_excluded"], r["n_invalid"]) == (1, 1, 0)
+    assert (r["n_items"], r["n_scored"], r["n_excluded"], r["n_invalid"]) == (2, 1, 1, 0)
+    assert r["excluded"] == {"no answerable sub-question": 1} and r["setting"] == "first-stage@2"
     assert r["coverage"] == pytest.approx(100 * 2 / 3, abs=1e-4)
     # alpha-nDCG@2: gains 0, 2 -> 2/log2(3); greedy ideal p1 (2), then p3 (0.5 + 1)
     assert r["alpha_ndcg"] == pytest.approx(
@@ -139,7 +140,8 @@ def test_another_judge_scored_and_measured_against_the_labels() -> None:
     assert r["coverage"] == pytest.approx(100 / 3, abs=1e-4) and r["n_invalid"] == 0
     # Z* = p1, p2 holds the invalid verdict: q1 left out of that row, counted, never rated 0
     z = _row(rows, "zstar", "zstar", "llm")
-    assert (z["n_queries"], z["n_invalid"], z["coverage"]) == (0, 1, None)
+    assert (z["n_scored"], z["n_invalid"], z["coverage"]) == (0, 1, None)
+    assert z["n_invalid_verdicts"] == 1
     (a,) = out.metrics["agreement"]
     assert (a["judge"], a["reference"], a["n_invalid"]) == ("llm", "labels", 1)
     # the pairs it rated (p1 in both contexts counts once): 3 of p4, 3 of p1, 2 of p2
@@ -160,24 +162,39 @@ def test_an_invalid_verdict_inside_the_context_excludes_the_query() -> None:
     other = [_rated(j, {}, {target("p1", "q2")}) for j in js]
     out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)])
     r = _row(out.metrics["rows"], "first-stage", "2", "llm")
-    assert (r["n_queries"], r["n_invalid"], r["n_excluded"], r["coverage"]) == (0, 1, 1, None)
+    assert (r["n_scored"], r["n_invalid"], r["n_excluded"], r["coverage"]) == (0, 1, 1, None)
+    assert r["n_invalid_verdicts"] == 1
+
+
+def test_each_cut_off_is_a_context_of_its_own() -> None:
+    """The first-stage ranking of q1 is p4, p1: an invalid verdict on p1 leaves q1 out of the
+    row at cut-off 2 only; at cut-off 1 (p4 alone) it is scored."""
+    scoring = {"cutoffs": [1, 2], "budget_tokens": 40, "bootstrap_resamples": 20}
+    c = ctx(scoring=scoring, answers={"generations": None, "cutoff": "2"})
+    dataset, gens, js = built(c)
+    other = [_rated(j, {}, {target("p1", "q2")}) for j in js]
+    rows = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)]).metrics["rows"]
+    one, two = _row(rows, "first-stage", "1", "llm"), _row(rows, "first-stage", "2", "llm")
+    assert (one["n_scored"], one["n_invalid"], one["coverage"]) == (1, 0, 0.0)
+    assert (two["n_scored"], two["n_invalid"], two["coverage"]) == (0, 1, None)
+    assert one["n_excluded"] == two["n_excluded"] == 1  # q2, at every cut-off
 
 
 def test_tau_by_hand() -> None:
     """Three retrievers whose context coverage ranks the queries' answers perfectly, and one
     summarizer that breaks the order: tau 1 across retrievers, less across pipelines."""
-    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    contexts: ContextScores = {("news", "ctx", "labels"): {}}
     answers: dict[tuple[str, str, str], dict[str, tuple[float, float]]] = {}
     for n, ret in enumerate(["r1", "r2", "r3"]):
-        details[("news", "ctx", "context", ret, "budget", "labels")] = [
-            {"item_id": q, "coverage": 0.2 * (n + 1), "alpha_ndcg": 0.1, "density": 0.5,
-             "recall": 0.3 * n, "ndcg": 0.5}
+        contexts[("news", "ctx", "labels")][ret] = {
+            q: {"coverage": 0.2 * (n + 1), "alpha_ndcg": 0.1, "density": 0.5,
+                "recall": 0.3 * n, "ndcg": 0.5}
             for q in ("a", "b", "c")
-        ]  # fmt: skip
+        }  # fmt: skip
         answers[("judge", ret, "s1")] = {q: (0.1 * (n + 1), 0.1) for q in ("a", "b", "c")}
         answers[("judge", ret, "s2")] = {q: (0.5 - 0.1 * n, 0.1) for q in ("a", "b", "c")}
     cx = ctx().section
-    rows = tau_rows(cx, details, Answers(answers, {}, 0, []), seed=0)
+    rows = tau_rows(cx, contexts, Answers(answers, {}, 0, []), seed=0)
     by = {(r["metric"], r["target"], r["level"]): r for r in rows}
     # retriever means of Cov(y): r1 (0.1+0.5)/2 = 0.3, r2 0.3, r3 0.3: a tie everywhere: NaN -> None
     assert by[("coverage", "cov_y", "retrievers")]["tau"] is None
@@ -195,19 +212,19 @@ def test_tau_by_hand() -> None:
 
 
 def test_tau_across_retrievers_with_an_interval() -> None:
-    details: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    contexts: ContextScores = {("news", "ctx", "labels"): {}}
     answers: dict[tuple[str, str, str], dict[str, tuple[float, float]]] = {}
     queries = [f"q{i}" for i in range(8)]
     for n, ret in enumerate(["r1", "r2", "r3", "r4"]):
-        details[("news", "ctx", "context", ret, "budget", "labels")] = [
-            {"item_id": q, "coverage": (n + i % 3) / 10, "alpha_ndcg": n / 10,
-             "density": 1 - n / 10, "recall": 0.1, "ndcg": 0.1}
+        contexts[("news", "ctx", "labels")][ret] = {
+            q: {"coverage": (n + i % 3) / 10, "alpha_ndcg": n / 10,
+                "density": 1 - n / 10, "recall": 0.1, "ndcg": 0.1}
             for i, q in enumerate(queries)
-        ]  # fmt: skip
+        }  # fmt: skip
         answers[("judge", ret, "s1")] = {
             q: ((n + (i * 7) % 5) / 10, 0.2) for i, q in enumerate(queries)
         }
-    rows = tau_rows(ctx().section, details, Answers(answers, {}, 0, []), seed=0)
+    rows = tau_rows(ctx().section, contexts, Answers(answers, {}, 0, []), seed=0)
     by = {(r["metric"], r["target"], r["level"]): r for r in rows}
     r = by[("coverage", "cov_y", "retrievers")]
     assert r["tau"] == 1.0 and r["n_points"] == 4 and r["n_queries"] == 8
@@ -233,16 +250,22 @@ def test_judges_other_than_the_labels_rate_a_sample_and_the_rest_is_counted() ->
     spec = OpenAIJudge(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")
     tasks = BENCH.judge_tasks(c, "llm", spec, items, gens)
     assert {t.generation.item_id for t in tasks} == {"q1"}
-    # a judge that rated only the first-stage context of q1: the Z* context is unjudged, counted
+    # a judge that rated only the first-stage contexts: the Z* contexts are unjudged, counted
+    # (q2's too: a context no judge rated is unjudged before its query is looked at)
     other = [_rated(j, {}) for j in js if j.setting == "first-stage"]
     out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)])
     z = _row(out.metrics["rows"], "zstar", "zstar", "llm")
-    assert (z["n_queries"], z["n_unjudged"], z["n_excluded"], z["coverage"]) == (0, 1, 1, None)
-    # a failed context (no ranking) is counted as failed, not scored
+    assert (z["n_scored"], z["n_unjudged"], z["n_excluded"], z["coverage"]) == (0, 2, 0, None)
+    # the local judge's way: a judgement without verdicts for a query outside the sample
+    empty = [_rated(j, {}).model_copy(update={"verdicts": []}) for j in js if j.setting == "zstar"]
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other + empty)])
+    z = _row(out.metrics["rows"], "zstar", "zstar", "llm")
+    assert (z["n_items"], z["n_unjudged"], z["n_excluded"]) == (2, 1, 1)
+    # a failed context (no ranking) is counted as failed, not scored (and not judged)
     broken = [g.model_copy(update={"status": "error", "text": None}) for g in gens]
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", broken, js)])
+    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", broken, [])])
     r = _row(out.metrics["rows"], "first-stage", "2")
-    assert (r["n_failed"], r["n_queries"]) == (1, 0)
+    assert (r["n_failed_generations"], r["n_scored"], r["n_items"]) == (2, 0, 2)
 
 
 def test_computed_retrievers_bm25_and_dense_rank_every_passage() -> None:

@@ -1,0 +1,92 @@
+"""CRUX on the result model's join: an orphan or duplicate judgement, a context of an unknown
+query, and a verdict on an unknown passage or sub-question are errors naming the file and line;
+a context without a judgement is counted (`n_unjudged`: judges rate a sample)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pipeline.core.benchmark import Run
+from pipeline.core.errors import DataError
+from pipeline.core.records import Generation, Judgement, Verdict
+from tests.benchmarks.crux.test_scoring import BENCH, _row, built, ctx
+
+GENS = "generations/crux/ctx.jsonl"
+JUDGED = "judgements/crux/ctx/labels.jsonl"
+
+
+def _run(gens: list[Generation], js: list[Judgement]) -> Run:
+    return Run(
+        "ctx",
+        "labels",
+        gens,
+        js,
+        [f"{GENS}:{n}" for n in range(1, len(gens) + 1)],
+        [f"{JUDGED}:{n}" for n in range(1, len(js) + 1)],
+    )
+
+
+def _target(j: Judgement, target: str) -> Judgement:
+    first = j.verdicts[0]
+    return j.model_copy(update={"verdicts": [Verdict(target_id=target, label=first.label)]})
+
+
+Case = Callable[[list[Generation], list[Judgement]], tuple[list[Generation], list[Judgement]]]
+CASES: list[tuple[str, Case, str, str, str]] = [
+    (
+        "orphan judgement",
+        lambda g, j: (g[1:], j),  # q1's first-stage context is not in the generations file
+        f"{JUDGED}:1",
+        "an orphan",
+        "generation_id",
+    ),
+    ("duplicate judgement", lambda g, j: (g, [*j, j[1]]), f"{JUDGED}:5", "two judgements",
+     "generation_id"),
+    (
+        "context of an unknown query",
+        lambda g, j: ([*g, g[0].model_copy(update={"item_id": "q9"})], j),
+        f"{GENS}:5",
+        "not in the dataset",
+        "item_id",
+    ),
+    (
+        "verdict on an unknown passage",
+        lambda g, j: (g, [_target(j[0], "p99#q1"), *j[1:]]),
+        f"{JUDGED}:1",
+        "unknown passage",
+        "verdicts.p99#q1",
+    ),
+    (
+        "verdict on an unknown sub-question",
+        lambda g, j: (g, [j[0], _target(j[1], "p1#q9"), *j[2:]]),
+        f"{JUDGED}:2",
+        "unknown sub-question",
+        "verdicts.p1#q9",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "where", "message", "field"), CASES, ids=[c[0] for c in CASES]
+)
+def test_join_errors_name_the_file_and_line(
+    case: str, change: Case, where: str, message: str, field: str
+) -> None:
+    c = ctx()
+    dataset, gens, js = built(c)
+    gens, js = change(list(gens), list(js))
+    with pytest.raises(DataError, match=message) as e:
+        BENCH.aggregate(c, dataset, [_run(gens, js)])
+    assert (e.value.file, e.value.field) == (where, field)
+
+
+def test_a_context_without_a_judgement_is_counted_unjudged() -> None:
+    c = ctx()
+    dataset, gens, js = built(c)
+    rows: Any = BENCH.aggregate(c, dataset, [_run(gens, js[1:])]).metrics["rows"]
+    r = _row(rows, "first-stage", "2")
+    assert (r["n_items"], r["n_scored"], r["n_unjudged"], r["n_excluded"]) == (2, 0, 1, 1)
+    assert _row(rows, "zstar", "2")["n_scored"] == 1
