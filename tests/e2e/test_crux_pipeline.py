@@ -180,7 +180,7 @@ def test_crux_construction_and_llm_judge_under_faults(project: Path, tmp_path: P
     for (domain, ret, cut, judge), row in rows.items():
         if judge == "rater":
             twin = rows[(domain, ret, cut, "crux-labels")]
-            assert row["coverage"] == twin["coverage"] and row["n_queries"] == twin["n_queries"]
+            assert row["coverage"] == twin["coverage"] and row["n_scored"] == twin["n_scored"]
     assert rows[("local news", "zstar", "zstar", "crux-labels")]["coverage"] == 100.0
     agreement = {a["domain"]: a for a in metrics["agreement"]}
     assert set(agreement) == {"local news", "custom", "all"}

@@ -220,7 +220,7 @@ def _check_crux(proj: Path) -> None:
     }  # fmt: skip
     assert {r["cutoff"] for r in rows} == {"zstar", "5", "10", "20", "budget"}
     for r in rows:
-        assert r["n_queries"] + r["n_excluded"] == 3 and r["n_invalid"] == r["n_unjudged"] == 0
+        assert r["n_scored"] + r["n_excluded"] == 3 and r["n_invalid"] == r["n_unjudged"] == 0
         assert 0 <= r["coverage"] <= 100 and 0 <= r["alpha_ndcg"] <= 100
     ref = next(r for r in rows if (r["retriever"], r["cutoff"]) == ("zstar", "zstar"))
     assert (ref["coverage"], ref["density"]) == (100.0, 100.0)
