@@ -17,7 +17,6 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from statistics import fmean
 from typing import Any
 
@@ -27,7 +26,7 @@ from pipeline.benchmarks.crux import metrics as m
 from pipeline.benchmarks.crux.contexts import cut
 from pipeline.benchmarks.crux.judging import LABELS_SHA, split_target
 from pipeline.benchmarks.crux.params import CruxParams, CruxScoring
-from pipeline.benchmarks.crux.schema import Collection, QueryView
+from pipeline.benchmarks.crux.schema import Collection, Query, QueryView
 from pipeline.core.benchmark import Run, RunRow
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement
@@ -110,20 +109,25 @@ def check_targets(view: QueryView, j: Judgement, where: str) -> None:
             )
 
 
-@lru_cache(maxsize=4096)
-def relevance(context: tuple[str, ...], relevant: tuple[str, ...]) -> tuple[float, float]:
-    """(recall, nDCG) of a context (its passages, in rank order) against the query's relevant
-    passages (binary), with ir-measures; 0 when nothing is relevant."""
+def relevance(
+    contexts: Mapping[str, Sequence[str]], relevant: Mapping[str, Sequence[str]]
+) -> dict[str, tuple[float, float]]:
+    """(recall, nDCG) of each context (its passages in rank order, by context id) against its
+    query's relevant passages (binary), with ir-measures, in one call; 0 when none is."""
     import ir_measures
     from ir_measures import Qrel, ScoredDoc, nDCG
 
     recall, ndcg = ir_measures.R @ 10_000, nDCG @ 10_000
-    qrels = [Qrel("q", p, 1) for p in relevant]
-    run = [ScoredDoc("q", p, float(len(context) - r)) for r, p in enumerate(context)]
-    out = {"recall": 0.0, "ndcg": 0.0}
+    qrels = [Qrel(c, p, 1) for c in contexts for p in relevant[c]]
+    run = [
+        ScoredDoc(c, p, float(len(ps) - r)) for c, ps in contexts.items() for r, p in enumerate(ps)
+    ]
+    out = dict.fromkeys(contexts, (0.0, 0.0))
     for metric in ir_measures.iter_calc([recall, ndcg], qrels, run):
-        out["recall" if metric.measure == recall else "ndcg"] = float(metric.value)
-    return out["recall"], out["ndcg"]
+        r, n = out[metric.query_id]
+        value = float(metric.value)
+        out[metric.query_id] = (value, n) if metric.measure == recall else (r, value)
+    return out
 
 
 def is_labels(run: Run) -> bool:
@@ -142,14 +146,16 @@ def judge_pool(run: Run, qviews: Mapping[str, QueryView]) -> dict[str, Rated]:
     return pool
 
 
-def at_cutoffs(run: Run, qviews: Mapping[str, QueryView], cutoffs: Sequence[str]) -> Run:
+def at_cutoffs(run: Run, qviews: Mapping[str, QueryView], sc: CruxScoring) -> Run:
     """The run as the result model scores it: each context generation (one retriever's ranking)
     once per cut-off (setting `<retriever>@<cutoff>`, its meta naming the retriever and the
-    cut-off), each judgement with it. First the run as read is joined (errors
-    name its records: an orphan or duplicate judgement, an unknown query) and every verdict's
-    target checked. A judgement without verdicts of a query with sub-questions (the local
-    judge's, outside `judge_sample`) is no rating: the context is counted unjudged. A judge
-    other than the labels gets its pool over the run (meta `pool`: alpha-nDCG's ideal)."""
+    cut-off), each judgement with it. First the run as read is joined (errors name its
+    records: an orphan or duplicate judgement, an unknown query) and every verdict's target
+    checked. A judgement without verdicts of a query with sub-questions (the local judge's,
+    outside `judge_sample`) is no rating: the context is counted unjudged. What needs more than
+    one context goes in the meta too: the judge's pool over the run (`pool`: alpha-nDCG's
+    ideal, for a judge other than the labels) and each context's `relevance` (recall and nDCG
+    with ir-measures, in one call)."""
     glines, jlines = run.generation_lines, run.judgement_lines
     join(qviews, run.generations, run.judgements, generation_lines=glines,
          judgement_lines=jlines, unjudged="count")  # fmt: skip
@@ -160,19 +166,23 @@ def at_cutoffs(run: Run, qviews: Mapping[str, QueryView], cutoffs: Sequence[str]
                             field="item_id")  # fmt: skip
         check_targets(qviews[j.item_id], j, where)
     pools = None if is_labels(run) else judge_pool(run, qviews)
-
     gens: dict[str, list[Generation]] = {}  # the run's generation ids -> one per cut-off
+    contexts: dict[str, list[str]] = {}
+    relevant: dict[str, list[str]] = {}
     for g in run.generations:
         pool = None if pools is None else pools.get(g.item_id, Rated())
-        gens[g.generation_id] = [
-            g.model_copy(
-                update={
-                    "setting": f"{g.setting}@{c}",
-                    "meta": g.meta | {"retriever": g.setting, "cutoff": c, "pool": pool},
-                }
-            )
-            for c in cutoffs
-        ]
+        q, passages = qviews[g.item_id].query, qviews[g.item_id].passages
+        gens[g.generation_id] = []
+        for c in sc.cutoffs:
+            meta = g.meta | {"retriever": g.setting, "cutoff": c, "pool": pool}
+            each = g.model_copy(update={"setting": f"{g.setting}@{c}", "meta": meta})
+            gens[g.generation_id].append(each)
+            if g.status == "ok":
+                contexts[each.generation_id] = cut(g, q, c, passages).passages
+                relevant[each.generation_id] = labelled(q, sc.eta)
+    scores = relevance(contexts, relevant)
+    for each in (e for es in gens.values() for e in es):
+        each.meta["relevance"] = scores.get(each.generation_id)
     rating = [
         n
         for n, j in enumerate(run.judgements)
@@ -190,9 +200,14 @@ def at_cutoffs(run: Run, qviews: Mapping[str, QueryView], cutoffs: Sequence[str]
         run.judge,
         [g for each in gens.values() for g in each],
         judgements,
-        [line for line in glines for _ in cutoffs],
-        [jlines[n] for n in rating if n < len(jlines) for _ in cutoffs],
+        [line for line in glines for _ in sc.cutoffs],
+        [jlines[n] for n in rating if n < len(jlines) for _ in sc.cutoffs],
     )
+
+
+def labelled(q: Query, eta: int) -> list[str]:
+    """The passages the dataset's labels rate >= eta on some sub-question."""
+    return [p for p in q.ratings if m.answered_by(q.ratings[p], eta)]
 
 
 def context_score(sc: CruxScoring, view: QueryView, g: Generation, j: Judgement) -> Outcome:
@@ -210,17 +225,16 @@ def context_score(sc: CruxScoring, view: QueryView, g: Generation, j: Judgement)
     bad = sum(1 for p in ctx.passages for i in range(n) if (p, i) in r.invalid)
     if bad:
         return Invalid("a verdict in the context invalid", bad, keys)
-    labelled = [p for p in q.ratings if m.answered_by(q.ratings[p], sc.eta)]
     pool: Rated | None = g.meta["pool"]
     ideal: Callable[[str, int], int]
     if pool is None:
-        ideal, relevant = q.rating, labelled
+        ideal, relevant = q.rating, labelled(q, sc.eta)
     else:
         ideal = pool.rate
         relevant = list(dict.fromkeys(p for (p, _), v in pool.ratings.items() if v >= sc.eta))
     k = len(ctx.passages)
     cov = m.coverage(ctx.passages, r.rate, n, sc.eta)
-    recall, ndcg = relevance(tuple(ctx.passages), tuple(labelled))
+    recall, ndcg = g.meta["relevance"]
     values = {
         "coverage": cov,
         "alpha_ndcg": m.alpha_ndcg(ctx.passages, r.rate, relevant, ideal, n, sc.eta, sc.alpha, k),

@@ -253,14 +253,16 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
     ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
         """Every context at every cut-off; rows in the order of params.yaml (judges, retrievers,
         cut-offs) within each domain."""
-        qviews, cutoffs = views(dataset), ctx.section.scoring.cutoffs
-        each = [agg.at_cutoffs(r, qviews, cutoffs) for r in runs]
+        qviews, sc = views(dataset), ctx.section.scoring
+        each = [agg.at_cutoffs(r, qviews, sc) for r in runs]
         rows, scores = super().score(ctx, dataset, each)
         judges = [r.judge for r in runs]
         retrievers = list(dict.fromkeys(g.setting for r in runs for g in r.generations))
         rows.sort(
-            key=lambda r: (r.keys["domain"], r.model, r.system, judges.index(r.judge),
-                           retrievers.index(r.extra["retriever"]), cutoffs.index(r.extra["cutoff"]))
+            key=lambda r: (
+                r.keys["domain"], r.model, r.system, judges.index(r.judge),
+                retrievers.index(r.extra["retriever"]), sc.cutoffs.index(r.extra["cutoff"]),
+            )
         )  # fmt: skip
         return rows, scores
 
