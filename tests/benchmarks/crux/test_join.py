@@ -90,3 +90,42 @@ def test_a_context_without_a_judgement_is_counted_unjudged() -> None:
     r = _row(rows, "first-stage", "2")
     assert (r["n_items"], r["n_scored"], r["n_unjudged"], r["n_excluded"]) == (2, 0, 1, 1)
     assert _row(rows, "zstar", "2")["n_scored"] == 1
+
+
+def test_compare_pairs_two_contexts_by_query() -> None:
+    """`lfbench compare`'s paired bootstrap on two CRUX contexts (their rows' items.jsonl): the
+    point estimates are the rows' values; a context against itself differs by 0."""
+    from pipeline.benchmarks.crux.schema import Collection, Passage, Query, SubQuestion
+    from pipeline.tools.compare import bootstrap_declared
+
+    c = ctx()
+    passages = [Passage(pid=f"p{n}", text=f"passage {n}", tokens=10 + n) for n in range(4)]
+    queries = [
+        Query(
+            item_id=f"q{n}",
+            query=f"query {n}",
+            domain="synthetic",
+            subquestions=[SubQuestion(qid=f"q{n}.{i}", text=f"sub {i}") for i in range(2)],
+            ratings={"p0": [5, 0], "p1": [0, 5 if n % 3 else 2], "p2": [3, 0]},
+            zstar=["p0", "p1"],
+            rankings={"first-stage": ["p3", "p2", "p1", "p0"] if n % 2 else ["p1", "p0"]},
+        )
+        for n in range(12)
+    ]
+    dataset = [Collection(collection_id="c", domain="synthetic", source="x", passages=passages,
+                          queries=queries)]  # fmt: skip
+    gens = BENCH.offline_generations(c, "ctx", c.params.models["ctx"], dataset)
+    js = BENCH.offline_judgements(c, "labels", c.params.judges["labels"], dataset, gens)
+    out = BENCH.aggregate(c, dataset, [_run(gens, js)])
+    runs = {r.params["setting"]: r for r in out.runs}
+    rows = {r["setting"]: r for r in out.metrics["rows"]}
+    a, b = runs["first-stage@2"].artifacts["items.jsonl"], runs["zstar@2"].artifacts["items.jsonl"]
+    assert isinstance(a, list) and isinstance(b, list)
+    tested, shared = bootstrap_declared(BENCH.metrics, a, b, resamples=200)
+    assert shared == 12 and set(tested) == {"coverage", "alpha_ndcg", "density", "recall", "ndcg"}
+    for name, res in tested.items():
+        assert res["a"] == pytest.approx(rows["first-stage@2"][name], abs=1e-3)
+        assert res["b"] == pytest.approx(rows["zstar@2"][name], abs=1e-3)
+    assert tested["coverage"]["delta"] > 0  # Z* covers what the first-stage ranking misses
+    same, _ = bootstrap_declared(BENCH.metrics, a, a, resamples=200)
+    assert {(r["delta"], r["ci_low"], r["ci_high"]) for r in same.values()} == {(0.0, 0.0, 0.0)}
