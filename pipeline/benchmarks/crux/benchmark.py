@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pipeline.benchmarks.crux import aggregate as agg
@@ -292,13 +293,11 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
         source = f"derived:{DERIVED}" if cx.source == DERIVED else cx.source
         flat = [r.flat() for r in rows]
         plots = figures(flat, taus)
-        out = self.aggregated(
-            rows,
-            scores,
-            metrics={"agreement": agreement, "tau": taus, "source": source},
+        out = replace(  # the report in CRUX's order: data, headline, every context, analyses
+            self.aggregated(rows, scores, metrics={"agreement": agreement, "tau": taus,
+                            "source": source}, figures=plots),
             report=render(cx, dataset, flat, agreement, taus, answers, source),
-            figures=plots,
-        )
+        )  # fmt: skip
         kappas = {(a["model"], a["judge"], a["domain"]): a["kappa"] for a in agreement}
         for run in out.runs:  # each context run: its judge's kappa against the labels
             if (kappa := kappas.get((run.model, run.judge, run.params["domain"]))) is not None:
