@@ -546,16 +546,15 @@ def tau_run_rows(taus: Sequence[Mapping[str, Any]], plots: Mapping[str, bytes]) 
     with the plot of the contexts against the answers."""
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for t in taus:
-        group = tuple(str(t[k]) for k in ("domain", "model", "context_judge", "answer_judge"))
-        groups[group].append(t)
+        groups[(t["domain"], t["model"], t["context_judge"], t["answer_judge"])].append(t)
     out = []
     for (domain, model, cjudge, ajudge), ts in groups.items():
-        numbers = {"n_queries": float(ts[0]["n_queries"])}
-        for t in ts:
-            name = f"tau.{t['metric']}.{t['target']}.{t['level']}"
-            for suffix, key in (("", "tau"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
-                if t[key] is not None:
-                    numbers[name + suffix] = float(t[key])
+        numbers = {"n_queries": float(ts[0]["n_queries"])} | {
+            f"tau.{t['metric']}.{t['target']}.{t['level']}{suffix}": float(t[key])
+            for t in ts
+            for suffix, key in (("", "tau"), (".ci_low", "ci_low"), (".ci_high", "ci_high"))
+            if t[key] is not None
+        }
         params = {"domain": domain, "context_judge": cjudge, "answer_judge": ajudge,
                   "cutoff": str(ts[0]["cutoff"])}  # fmt: skip
         out.append(
