@@ -17,7 +17,6 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import fmean
 from typing import Any
 
 import numpy as np
@@ -246,25 +245,6 @@ def context_score(sc: CruxScoring, view: QueryView, g: Generation, j: Judgement)
     }
     detail = {"passages": k, "tokens": ctx.tokens}
     return Scored([ItemScore(q.item_id, values=values, keys=keys, detail=detail)])
-
-
-def context_extra(row: ResultRow, scores: Sequence[ItemScore]) -> None:
-    """The row's retriever and cut-off, and the mean size of its contexts."""
-    retriever, _, cutoff = row.setting.rpartition("@")
-    row.extra |= {"retriever": retriever, "cutoff": cutoff}
-    for name, nd in (("passages", 3), ("tokens", 1)):
-        sizes = [s.detail[name] for s in scores]
-        row.extra[name] = round(fmean(sizes), nd) if sizes else None
-
-
-def summary(rows: Sequence[ResultRow]) -> dict[str, Any]:
-    """For `dvc metrics`: {domain/judge: {retriever@cutoff: {coverage, alpha_ndcg, density}}}."""
-    out: dict[str, Any] = {}
-    for r in rows:
-        out.setdefault(f"{r.keys['domain']}/{r.judge}", {})[r.setting] = {
-            k: None if (v := r.metrics[k]) is None else round(v, 2) for k in CONTEXT_METRICS
-        }
-    return out
 
 
 # ---------------------------------------------------------------- judges vs the labels

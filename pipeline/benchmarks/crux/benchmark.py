@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from statistics import fmean
 from typing import Any
 
 from pipeline.benchmarks.crux import aggregate as agg
@@ -247,7 +248,12 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
         return [{"domain": item.query.domain}]
 
     def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
-        agg.context_extra(row, scores)
+        """The row's retriever and cut-off, and the mean size of its contexts."""
+        retriever, _, cutoff = row.setting.rpartition("@")
+        row.extra |= {"retriever": retriever, "cutoff": cutoff}
+        for name, nd in (("passages", 3), ("tokens", 1)):
+            sizes = [s.detail[name] for s in scores]
+            row.extra[name] = round(fmean(sizes), nd) if sizes else None
 
     def score(
         self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]
@@ -268,7 +274,14 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
         return rows, scores
 
     def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
-        return agg.summary(rows)
+        """For `dvc metrics`: {domain/judge: {retriever@cutoff: {coverage, alpha_ndcg, density}}}
+        (and the taus: `aggregate`)."""
+        out: dict[str, Any] = {}
+        for r in rows:
+            out.setdefault(f"{r.keys['domain']}/{r.judge}", {})[r.setting] = {
+                k: None if (v := r.metrics[k]) is None else round(v, 2) for k in agg.CONTEXT_METRICS
+            }
+        return out
 
     def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
         """The row's run, with its retriever and cut-off as tags and its mean size as metrics."""
