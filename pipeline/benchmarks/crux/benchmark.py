@@ -31,6 +31,7 @@ from pipeline.core.benchmark import (
     Benchmark,
     Constructed,
     Context,
+    Coverage,
     CoverageCase,
     CoverageVerdictLike,
     JudgePrompts,
@@ -59,8 +60,22 @@ def _counts(dataset: Sequence[Collection]) -> str:
     )
 
 
+class CruxCoverage(Coverage[CruxParams, QueryView]):
+    """The local judge on a context: each sub-question against the context's passages (cut into
+    `local_sentences`-sentence pieces); a query outside the judges' sample is judged by no one."""
+
+    def cases(self, ctx: Ctx, item: QueryView, generation: Generation) -> list[CoverageCase]:
+        if not Crux.sampled(ctx, item):
+            return []  # judged by no one: left out of the rows and counted
+        return judging.coverage_cases(item, generation, ctx.section.local_sentences)
+
+    def verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
+        return judging.coverage_verdict(target, verdict)
+
+
 class Crux(Benchmark[CruxParams, Collection, QueryView]):
     name = "crux"
+    coverage = CruxCoverage()
     plotted = ("coverage", "alpha_ndcg", "density")
     title = "CRUX"
     version = "1"
@@ -174,16 +189,6 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
         self, generation: Generation, item: QueryView, prompts: JudgePrompts
     ) -> JudgeTask:
         return judging.rating_task(generation, item, prompts)
-
-    def coverage_cases(
-        self, ctx: Ctx, item: QueryView, generation: Generation
-    ) -> list[CoverageCase]:
-        if not self.sampled(ctx, item):
-            return []  # judged by no one: left out of the rows and counted
-        return judging.coverage_cases(item, generation, ctx.section.local_sentences)
-
-    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        return judging.coverage_verdict(target, verdict)
 
     def offline_judgements(
         self,

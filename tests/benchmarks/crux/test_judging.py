@@ -71,7 +71,7 @@ def test_the_local_judge_sees_each_pair_with_the_passage_s_best_sentences() -> N
     c = ctx(local_sentences=1)
     dataset, gens, _ = built(c)
     items = BENCH.items(dataset)
-    cases = BENCH.coverage_cases(c, items["q1"], gens[0])  # p4, p1
+    cases = BENCH.coverage.cases(c, items["q1"], gens[0])  # p4, p1
     assert [[t for t, _ in case.targets] for case in cases] == [
         ["p4#q1"], ["p4#q2"], ["p4#q3"], ["p1#q1"], ["p1#q2"], ["p1#q3"]
     ]  # fmt: skip
@@ -79,7 +79,7 @@ def test_the_local_judge_sees_each_pair_with_the_passage_s_best_sentences() -> N
     assert cases[3].bullets == ["The harbour festival was organised by the fishermen's guild."]
     # p4 shares no content word with "How much did the festival cost?": its first sentence
     assert cases[1].bullets == ["Local shops reported a busy weekend."]
-    two = BENCH.coverage_cases(ctx(local_sentences=2), items["q1"], gens[0])
+    two = BENCH.coverage.cases(ctx(local_sentences=2), items["q1"], gens[0])
     assert two[3].bullets == [
         "Festival opens",
         "The harbour festival was organised by the fishermen's guild.",
@@ -87,4 +87,4 @@ def test_the_local_judge_sees_each_pair_with_the_passage_s_best_sentences() -> N
     full = LocalVerdict("FULL_COVERAGE", 1, (0.1, 0.1, 0.8))
     part = LocalVerdict("PARTIAL_COVERAGE", 1, (0.1, 0.8, 0.1))
     none = LocalVerdict("NO_COVERAGE", None, (0.8, 0.1, 0.1))
-    assert [BENCH.coverage_verdict("p1#q1", v).label for v in (full, part, none)] == ["5", "3", "0"]
+    assert [BENCH.coverage.verdict("p1#q1", v).label for v in (full, part, none)] == ["5", "3", "0"]

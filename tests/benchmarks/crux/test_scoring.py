@@ -246,7 +246,7 @@ def test_judges_other_than_the_labels_rate_a_sample_and_the_rest_is_counted() ->
     dataset, gens, js = built(c)
     items = BENCH.items(dataset)
     assert [BENCH.sampled(c, items[q]) for q in ("q1", "q2")] == [True, False]
-    assert BENCH.coverage_cases(c, items["q2"], gens[2]) == []
+    assert BENCH.coverage.cases(c, items["q2"], gens[2]) == []
     spec = OpenAIJudge(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")
     tasks = BENCH.judge_tasks(c, "llm", spec, items, gens)
     assert {t.generation.item_id for t in tasks} == {"q1"}
