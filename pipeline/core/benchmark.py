@@ -48,6 +48,8 @@ from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
 from pipeline.core.results import (
     COUNTERS,
+    Excluded,
+    Invalid,
     ItemScore,
     Metric,
     Outcome,
@@ -664,6 +666,14 @@ class Benchmark(ABC, Generic[P, D, I]):
         """The `group_keys` of each row a failed or unjudged generation counts in."""
         return [{}]
 
+    def failed_outcome(
+        self, ctx: Context[P], item: I, generation: Generation
+    ) -> Invalid | Excluded | None:
+        """A failed generation the benchmark counts as an invalid or excluded item, with its
+        reason and row keys (e.g. an empty output its metrics cannot score); None (default):
+        counted as a failed generation."""
+        return None
+
     def row_extra(self, ctx: Context[P], row: ResultRow, scores: Sequence[ItemScore]) -> None:
         """Add the benchmark's own columns to a row (`row.extra`), e.g. its knobs."""
 
@@ -692,6 +702,7 @@ class Benchmark(ABC, Generic[P, D, I]):
             group_keys=self.group_keys,
             unjudged=self.unjudged,
             failed_keys=lambda item, g: self.failed_keys(ctx, item, g),
+            failed_outcome=lambda item, g: self.failed_outcome(ctx, item, g),
         )
         models = getattr(getattr(ctx, "params", None), "models", {})
         seed = getattr(getattr(ctx, "params", None), "seed", 0)

@@ -47,6 +47,13 @@ def _cell(row: Mapping[str, Any], metric: Any, main: bool) -> str:
     return cell
 
 
+def _metric_head(m: Any) -> str:
+    """A metric's column head: its label and direction (none for, e.g., a length)."""
+    if m.higher_is_better is None:
+        return f"{m.label} ({m.unit})" if m.unit else m.label
+    return f"{m.label} ({'↑' if m.higher_is_better else '↓'})"
+
+
 def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The generic results table of a benchmark's rows (flat, as in its metrics file): who, each
     declared metric (`pipeline.core.results.Metric`) with its direction, and the counters."""
@@ -68,7 +75,7 @@ def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> 
     head = [
         *keys,
         *extra,
-        *(f"{m.label} ({'↑' if m.higher_is_better else '↓'})" for m in shown),
+        *(_metric_head(m) for m in shown),
         *(c.removeprefix("n_").replace("_", " ") for c in (*counters, *left)),
     ]
     body = [

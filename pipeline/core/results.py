@@ -41,11 +41,12 @@ class Metric:
     pools over items: `mean` (the mean of the items' values) or `ratio` (sum of the items'
     numerators over the sum of their denominators, e.g. SummHay's citation over the covered
     insights only). `scale` multiplies the pooled value (x100 for a percentage); `digits` rounds
-    it in the metrics file."""
+    it in the metrics file. `higher_is_better=None`: a metric with no better direction (e.g. an
+    output's length)."""
 
     name: str
     title: str = ""
-    higher_is_better: bool = True
+    higher_is_better: bool | None = True
     pool: Pool = "mean"
     scale: float = 1.0
     unit: str = ""
@@ -62,6 +63,8 @@ class Metric:
 
     @property
     def direction(self) -> str:
+        if self.higher_is_better is None:
+            return "no better direction"
         return "higher is better" if self.higher_is_better else "lower is better"
 
 
@@ -116,14 +119,16 @@ class Counts(BaseModel):
     n_failed_generations: int = 0  # the model call failed (or the output was empty)
     n_failed_judgements: int = 0  # the judge call failed
     n_unjudged: int = 0  # no judgement (a policy that counts it, e.g. a judge's sample)
-    n_invalid: int = 0  # left out: the judge's verdicts unusable
+    n_invalid: int = 0  # left out: unusable (the judge's verdicts, or the benchmark's rule)
     n_invalid_verdicts: int = 0  # verdicts the judge could not give (in scored items too)
     n_truncated: int = 0  # answers the server cut for length, kept and scored (flagged)
     n_excluded: int = 0  # left out by the benchmark's rule, reasons in `excluded`
     excluded: dict[str, int] = Field(default_factory=dict)
+    invalid_reasons: dict[str, int] = Field(default_factory=dict)  # why, for n_invalid
 
 
-COUNTERS = tuple(k for k in Counts.model_fields if k != "excluded")
+REASONS = ("excluded", "invalid_reasons")  # the counters by reason
+COUNTERS = tuple(k for k in Counts.model_fields if k not in REASONS)
 
 
 class Spend(BaseModel):
@@ -342,6 +347,8 @@ def join(
 
 RowKey: TypeAlias = tuple[str, ...]
 Score: TypeAlias = Callable[[Any, Generation, Judgement], Outcome]
+# What a failed generation is when the benchmark counts it otherwise (None: a failed generation)
+FailedOutcome: TypeAlias = Callable[[Any, Generation], Invalid | Excluded | None]
 
 
 @dataclass
@@ -381,12 +388,16 @@ def score_rows(
     group_keys: Sequence[str] = (),
     unjudged: Literal["error", "count"] = "error",
     failed_keys: Callable[[Any, Generation], Sequence[Mapping[str, str]]] | None = None,
+    failed_outcome: FailedOutcome | None = None,
 ) -> Scoring:
     """Join each run, score every judged generation, count the rest, pool each row.
 
     A generation that failed or was not judged belongs to the rows its item's keys name
     (`failed_keys(item, generation)`: one mapping of the benchmark's group keys per row it would
-    have been scored in; needed when `group_keys` is not empty)."""
+    have been scored in; needed when `group_keys` is not empty). `failed_outcome(item,
+    generation)` lets a benchmark count a failed generation as an `Invalid` or `Excluded` item
+    with its reason (e.g. an empty output, which its metrics cannot score), in the rows its
+    `keys` name; None: counted as a failed generation."""
     cells: dict[RowKey, _Cell] = {}
     for run in runs:
         joined = join(
@@ -401,29 +412,34 @@ def score_rows(
             g, j = jn.generation, jn.judgement
             item = items[g.item_id]
             head = (run.model, g.system, g.setting, run.judge)
-            if g.status != "ok" or j is None or j.status == "error":
-                places = [{}] if not group_keys else list((failed_keys or _no_keys)(item, g))
-                for keys in places:
-                    cell = _cell(cells, head, keys, group_keys)
-                    cell.spend.add(g.usage, *([j.usage] if j is not None else []))
-                    c = cell.counts
-                    c.n_items += 1
-                    if g.status != "ok":
-                        c.n_failed_generations += 1
-                    elif j is None:
-                        c.n_unjudged += 1
-                    else:
-                        c.n_failed_judgements += 1
-                continue
-            outcome = score(item, g, j)
+            outcome: Outcome | None = None
+            if g.status != "ok" and failed_outcome is not None:
+                outcome = failed_outcome(item, g)
+            if outcome is None:
+                if g.status != "ok" or j is None or j.status == "error":
+                    places = [{}] if not group_keys else list((failed_keys or _no_keys)(item, g))
+                    for keys in places:
+                        cell = _cell(cells, head, keys, group_keys)
+                        cell.spend.add(g.usage, *([j.usage] if j is not None else []))
+                        c = cell.counts
+                        c.n_items += 1
+                        if g.status != "ok":
+                            c.n_failed_generations += 1
+                        elif j is None:
+                            c.n_unjudged += 1
+                        else:
+                            c.n_failed_judgements += 1
+                    continue
+                outcome = score(item, g, j)
             truncated = bool(g.meta.get("truncated"))
+            usage = [g.usage, *([j.usage] if j is not None else [])]
             if isinstance(outcome, Scored):
                 for s in outcome.scores:
                     cell = _cell(cells, head, s.keys, group_keys)
                     cell.scores.append(s)
                 # counted once per row the item reached
                 for reached in {_key(head, s.keys, group_keys) for s in outcome.scores}:
-                    cells[reached].spend.add(g.usage, j.usage)
+                    cells[reached].spend.add(*usage)
                     c = cells[reached].counts
                     c.n_items += 1
                     c.n_scored += 1
@@ -431,13 +447,14 @@ def score_rows(
                     c.n_invalid_verdicts += outcome.invalid_verdicts
                 continue
             cell = _cell(cells, head, outcome.keys, group_keys)
-            cell.spend.add(g.usage, j.usage)
+            cell.spend.add(*usage)
             c = cell.counts
             c.n_items += 1
             c.n_truncated += truncated
             if isinstance(outcome, Invalid):
                 c.n_invalid += 1
                 c.n_invalid_verdicts += outcome.invalid_verdicts
+                c.invalid_reasons[outcome.reason] = c.invalid_reasons.get(outcome.reason, 0) + 1
             else:
                 c.n_excluded += 1
                 c.excluded[outcome.reason] = c.excluded.get(outcome.reason, 0) + 1
@@ -476,6 +493,8 @@ def combine(
             setattr(counts, k, getattr(counts, k) + getattr(r.counts, k))
         for reason, n in r.counts.excluded.items():
             counts.excluded[reason] = counts.excluded.get(reason, 0) + n
+        for reason, n in r.counts.invalid_reasons.items():
+            counts.invalid_reasons[reason] = counts.invalid_reasons.get(reason, 0) + n
         spend.input_tokens += r.spend.input_tokens
         spend.output_tokens += r.spend.output_tokens
         spend.cost_usd += r.spend.cost_usd

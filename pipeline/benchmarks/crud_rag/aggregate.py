@@ -1,168 +1,115 @@
-"""CRUD-RAG's rows: per (task, model, setting, judge), the mean of each metric over the items it
-scores (x100, as the paper's tables; length in characters), with the setting's knobs and the
-items left out, counted: `n_invalid` (the metric cannot be computed, e.g. an empty output, or
-the judge's answer was unusable after a repair; reasons in `invalid_reasons`), `n_failed` (the
-generation or its judgement failed), `n_no_questions` (RAGQuestEval: the record has no question
-its reference answers)."""
+"""CRUD-RAG's results on the result model (pipeline/core/results.py): per (model, system,
+setting, judge, task) the mean of each metric over the items it scores (x100, as the paper's
+tables; length in characters, no better direction), with the setting's knobs. Left out and
+counted: `n_invalid` (the metric cannot be computed: an empty output, for every judge, or the
+judge's answer unusable after a repair; reasons in `invalid_reasons`) and `n_excluded`
+(RAGQuestEval: the record has no question its reference answers, `excluded["no questions"]`);
+failed generations and judgements by the stage layer's counters."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from statistics import fmean
 from typing import Any
 
 from pipeline.benchmarks.crud_rag import metrics as M
 from pipeline.benchmarks.crud_rag import questeval
 from pipeline.benchmarks.crud_rag.generation import settings
-from pipeline.benchmarks.crud_rag.params import CrudParams
+from pipeline.benchmarks.crud_rag.params import CrudParams, TextJudge
 from pipeline.benchmarks.crud_rag.schema import Item
-from pipeline.core.benchmark import Run, RunRow
+from pipeline.core.config import Params
+from pipeline.core.records import Generation, Judgement
+from pipeline.core.results import Excluded, Invalid, ItemScore, Metric, Outcome, ResultRow, Scored
 
-TEXT = (*M.METRICS, M.EMBEDDING, "length")
-QUEST = ("precision", "recall")
+
+def _pct(name: str, title: str = "") -> Metric:
+    return Metric(name, title, scale=100.0, unit="x100", lo=0.0, hi=100.0, digits=4)
+
+
+METRICS = (
+    _pct("bleu", "BLEU (no BP)"),
+    _pct("bleu_bp", "BLEU"),
+    *(_pct(f"bleu{n}", f"BLEU-{n} precision") for n in range(1, 5)),
+    _pct("rouge_l", "ROUGE-L"),
+    _pct(M.EMBEDDING, "embedding similarity"),
+    Metric("length", "length", higher_is_better=None, unit="chars", lo=0.0, digits=4),
+    _pct("precision", "RAGQuestEval precision"),
+    _pct("recall", "RAGQuestEval recall"),
+)
 KNOBS = ("chunk_size", "chunk_overlap", "retriever", "top_k")
-COUNTS = ("n_items", "n_scored", "n_invalid", "n_failed", "n_no_questions")
+EMPTY_OUTPUT = "empty output"
+NO_QUESTIONS = "no questions"
+SUMMARY = ("bleu", "bleu_bp", "rouge_l", "precision", "recall")
 
 
-def _text_scores(j: Any) -> tuple[dict[str, float] | None, str | None]:
+def empty_output(item: Item, g: Generation) -> Invalid | None:
+    """An empty output is an explicit invalid item for every judge (the authors' code scores it
+    0); any other failed generation is counted as one."""
+    if not (g.text or "").strip() and g.error == "empty answer":
+        return Invalid(EMPTY_OUTPUT, keys={"task": item.task})
+    return None
+
+
+def item_score(item: Item, j: Judgement) -> Outcome:
+    """The text metrics' verdicts (one per metric), or RAGQuestEval's answers, as a score."""
+    keys = {"task": item.task}
     bad = [v for v in j.verdicts if v.status != "ok"]
-    if bad:
-        return None, bad[0].raw or "invalid"
-    scores = {v.target_id: float(v.label) for v in j.verdicts}
-    return scores, next((v.raw for v in j.verdicts if v.target_id == M.EMBEDDING), None)
+    if j.judge_prompt_sha == M.SHA:
+        if bad:
+            return Invalid(bad[0].raw or "invalid", len(bad), keys)
+        values = {v.target_id: float(v.label) for v in j.verdicts}
+        embedder = next((v.raw for v in j.verdicts if v.target_id == M.EMBEDDING), None)
+        detail = {"embedding_model": embedder} if embedder else {}
+        return Scored([ItemScore(item.item_id, values, keys=keys, detail=detail)])
+    qset = item.quest_eval
+    if qset is None or not qset.kept():
+        return Excluded(NO_QUESTIONS, keys)
+    if bad or not j.verdicts:
+        return Invalid((bad[0].raw or "invalid")[:120] if bad else "no verdict", len(bad), keys)
+    s = questeval.score(qset, {v.target_id: v.label for v in j.verdicts})
+    detail = {"n_questions": s.n_questions, "n_answered": s.n_answered}
+    values = {"precision": s.precision, "recall": s.recall}
+    return Scored([ItemScore(item.item_id, values, keys=keys, detail=detail)])
 
 
-def build_rows(
-    section: CrudParams, dataset: Sequence[Item], runs: Sequence[Run]
-) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], list[dict[str, Any]]]]:
-    items = {i.item_id: i for i in dataset}
-    grid = {s.name: s for s in settings(section)}
-    order = list(grid)
-    cells: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-    counts: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
-    reasons: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
-    kinds: dict[str, str] = {}
-    embedders: dict[tuple[str, ...], str] = {}
-    for run in runs:
-        by_gen = {j.generation_id: j for j in run.judgements}
-        for g in run.generations:
-            item = items.get(g.item_id)
-            if item is None:
-                continue
-            key: tuple[str, ...] = (item.task, run.model, g.system, g.setting, run.judge)
-            c = counts[key]
-            c["n_items"] += 1
-            j = by_gen.get(g.generation_id)
-            if g.status != "ok" and not (g.text or "").strip() and g.error == "empty answer":
-                # an empty output: an explicit invalid item for every judge (the authors' code
-                # scores it 0)
-                c["n_invalid"] += 1
-                reasons[key]["empty output"] += 1
-                continue
-            if g.status != "ok" or j is None or j.status == "error":
-                c["n_failed"] += 1
-                continue
-            text_judge = j.judge_prompt_sha == M.SHA
-            kinds[run.judge] = "text" if text_judge else "ragquesteval"
-            if text_judge:
-                scores, why = _text_scores(j)
-                if scores is None:
-                    c["n_invalid"] += 1
-                    reasons[key][str(why)] += 1
-                    continue
-                cells[key].append({"item_id": g.item_id, **scores})
-                if why is not None:  # the embedding model, on a scored output
-                    embedders[key] = why
-                continue
-            qset = item.quest_eval
-            if qset is None or not qset.kept():
-                c["n_no_questions"] += 1
-                continue
-            bad = [v for v in j.verdicts if v.status != "ok"]
-            if bad or not j.verdicts:
-                c["n_invalid"] += 1
-                reasons[key][(bad[0].raw or "invalid")[:120] if bad else "no verdict"] += 1
-                continue
-            s = questeval.score(qset, {v.target_id: v.label for v in j.verdicts})
-            cells[key].append(
-                {"item_id": g.item_id, "precision": s.precision, "recall": s.recall,
-                 "n_questions": s.n_questions, "n_answered": s.n_answered}
-            )  # fmt: skip
-    rows, details = [], {}
-
-    def sort_key(key: tuple[str, ...]) -> tuple[Any, ...]:
-        task, model, system, setting, judge = key
-        return (task, model, system, judge, order.index(setting) if setting in order else 99)
-
-    for key in sorted(counts, key=sort_key):
-        task, model, system, setting, judge = key
-        scored = cells.get(key, [])
-        st = grid.get(setting)
-        knobs = st.knobs.model_dump() if st is not None and st.knobs is not None else {}
-        row: dict[str, Any] = {
-            "benchmark": "crud_rag",
-            "task": task,
-            "system": system,
-            "setting": setting,
-            "knob": st.knob if st is not None else None,
-            **{k: knobs.get(k) for k in KNOBS},
-            "judge": judge,
-            "judge_kind": kinds.get(judge),
-            "model": model,
-        }
-        for metric in (*TEXT, *QUEST):
-            values = [x[metric] for x in scored if metric in x]
-            scale = 1.0 if metric == "length" else 100.0
-            row[metric] = round(scale * fmean(values), 4) if values else None
-        row["embedding_model"] = embedders.get(key)
-        row |= {k: counts[key][k] for k in COUNTS}
-        row["n_scored"] = len(scored)
-        row["invalid_reasons"] = dict(reasons[key])
-        rows.append(row)
-        details[key] = scored
-    return rows, details
+def row_extra(
+    section: CrudParams, params: Params, row: ResultRow, scores: Sequence[ItemScore]
+) -> None:
+    """The setting's knobs (which one it varies, and their values), the judge's kind and, for
+    the text judge, whose embeddings its similarity used (as its verdicts name them)."""
+    st = next((s for s in settings(section) if s.name == row.setting), None)
+    knobs = st.knobs.model_dump() if st is not None and st.knobs is not None else {}
+    spec = params.judges.get(row.judge)
+    kind = None if spec is None else "text" if isinstance(spec, TextJudge) else "ragquesteval"
+    embedders = [s.detail["embedding_model"] for s in scores if "embedding_model" in s.detail]
+    row.extra |= {
+        "knob": st.knob if st is not None else None,
+        **{k: knobs.get(k) for k in KNOBS},
+        "judge_kind": kind,
+        "embedding_model": embedders[-1] if embedders else None,
+    }
 
 
-def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """{task/system/judge: {setting: {bleu, rouge_l, precision, recall}}} for `dvc metrics`."""
+def ordered(section: CrudParams, rows: Sequence[ResultRow]) -> list[ResultRow]:
+    """By task, model, system, judge, then the knob study's order of settings."""
+    order = [s.name for s in settings(section)]
+
+    def key(r: ResultRow) -> tuple[Any, ...]:
+        at = order.index(r.setting) if r.setting in order else 99
+        return (r.keys["task"], r.model, r.system, r.judge, at)
+
+    return sorted(rows, key=key)
+
+
+def summary(rows: Sequence[ResultRow]) -> dict[str, Any]:
+    """{task/system/judge: {setting: {bleu, bleu_bp, rouge_l, precision, recall}}} for `dvc
+    metrics` (x100, 2 decimals)."""
     out: dict[str, Any] = {}
     for r in rows:
-        cell = {
-            k: round(r[k], 2)
-            for k in ("bleu", "bleu_bp", "rouge_l", "precision", "recall")
-            if r.get(k) is not None
-        }
-        out.setdefault(f"{r['task']}/{r['system']}/{r['judge']}", {})[r["setting"]] = cell
+        cell = {k: round(v, 2) for k in SUMMARY if (v := r.metrics.get(k)) is not None}
+        out.setdefault(f"{r.keys['task']}/{r.system}/{r.judge}", {})[r.setting] = cell
     return out
 
 
-def run_rows(
-    rows: Sequence[Mapping[str, Any]],
-    details: Mapping[tuple[str, ...], list[dict[str, Any]]],
-    figures: Mapping[str, bytes],
-) -> list[RunRow]:
-    out = []
-    for row in rows:
-        key = tuple(str(row[k]) for k in ("task", "model", "system", "setting", "judge"))
-        numbers = {k: float(row[k]) for k in (*TEXT, *QUEST, *COUNTS) if row.get(k) is not None}
-        params = {k: str(row[k]) for k in ("task", "setting", "knob", *KNOBS, "judge", "model")}
-        out.append(
-            RunRow(
-                key="|".join(key),
-                name=f"{row['system']} / {row['setting']} / {row['judge']} / {row['task']}",
-                metrics=numbers,
-                params=params,
-                tags={
-                    "task": str(row["task"]),
-                    "setting": str(row["setting"]),
-                    "model.name": str(row["system"]),
-                    "knob": str(row["knob"]),
-                },
-                artifacts={"items.jsonl": details.get(key, []), "row.json": dict(row)},
-                plots=figures if row["knob"] == "base" else {},
-                model=str(row["model"]),
-                judge=str(row["judge"]),
-            )
-        )
-    return out
+def knob_params(row: Mapping[str, Any]) -> dict[str, str]:
+    """The knob columns of a row, as MLflow params."""
+    return {k: str(row[k]) for k in ("knob", *KNOBS)}

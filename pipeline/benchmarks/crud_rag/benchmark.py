@@ -7,8 +7,9 @@
   with the project's prompts, or the no-model baselines.
 - judge: the text metrics (`crud_rag-text`, no model: metrics.py) and RAGQuestEval (an
   `openai` judge answering the record's questions from the output: questeval.py).
-- aggregate: rows per (task, model, setting, judge) with the knobs; the knob-study report and
-  plot; MLflow runs (aggregate.py, report.py).
+- aggregate: the declared metrics and each item's score on the result model (aggregate.py:
+  rows per (model, system, setting, judge, task) with the knobs); the knob-study tables and
+  plot (report.py).
 - `lfbench score`: the text metrics of a user's own outputs (`scorer`).
 """
 
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from pipeline.benchmarks.crud_rag import aggregate as A
 from pipeline.benchmarks.crud_rag import generation, metrics, questeval
-from pipeline.benchmarks.crud_rag.aggregate import build_rows, run_rows, summary
 from pipeline.benchmarks.crud_rag.params import RELEASED, CrudParams, TextJudge
-from pipeline.benchmarks.crud_rag.report import render, report_section
+from pipeline.benchmarks.crud_rag.report import figure, knob_blocks, knob_cols, render
 from pipeline.benchmarks.crud_rag.schema import (
     Item,
     QuestSet,
@@ -44,6 +46,7 @@ from pipeline.core.benchmark import (
     Planned,
     ReportSection,
     Run,
+    RunRow,
     Scorer,
 )
 from pipeline.core.config import (
@@ -55,7 +58,9 @@ from pipeline.core.config import (
     Params,
 )
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.markdown import need
 from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.core.results import Excluded, Invalid, ItemScore, Outcome, ResultRow
 from pipeline.core.types import EndpointConfig
 
 RELEASED_FILE = "event_summary.first1328.json"
@@ -200,20 +205,64 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
             for g in gens
         ]
 
-    # ---- aggregate and report
+    # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
+
+    metrics = A.METRICS
+    group_keys = ("task",)
+
+    def item_score(
+        self, ctx: Ctx, item: Item, generation: Generation, judgement: Judgement
+    ) -> Outcome:
+        return A.item_score(item, judgement)
+
+    def failed_keys(self, ctx: Ctx, item: Item, generation: Generation) -> list[dict[str, str]]:
+        return [{"task": item.task}]
+
+    def failed_outcome(
+        self, ctx: Ctx, item: Item, generation: Generation
+    ) -> Invalid | Excluded | None:
+        return A.empty_output(item, generation)
+
+    def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
+        A.row_extra(ctx.section, ctx.params, row, scores)
+
+    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
+        return A.summary(rows)
+
+    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
+        run = super().run_row(row, scores)
+        knobs = A.knob_params(row.extra)
+        return replace(
+            run, params={**run.params, **knobs}, tags={**run.tags, "knob": knobs["knob"]}
+        )
 
     def aggregate(self, ctx: Ctx, dataset: Sequence[Item], runs: Sequence[Run]) -> Aggregated:
         cx = ctx.section
-        rows, details = build_rows(cx, dataset, runs)
+        rows, scores = self.score(ctx, dataset, runs)
+        rows = A.ordered(cx, rows)
         source = "released:event_summary" if cx.source == RELEASED else cx.source
-        report, figures = render(cx, dataset, rows, source)
-        return Aggregated(
-            metrics={"rows": rows, "source": source},
-            summary=summary(rows),
-            report=report,
-            runs=run_rows(rows, details, figures),
-            figures=figures,
+        report, figures = render(cx, dataset, [r.flat() for r in rows], source)
+        agg = self.aggregated(
+            rows, scores, metrics={"source": source}, report=report, figures=figures
         )
+        # the knob-study plot on the base setting's runs
+        runs_out = [
+            replace(r, plots=figures) if r.params["knob"] == "base" else r for r in agg.runs
+        ]
+        return replace(agg, runs=runs_out)
 
     def report_section(self, metrics_file: Mapping[str, Any], where: str) -> ReportSection:
-        return report_section(metrics_file, where)
+        section = super().report_section(metrics_file, where)
+        rows = metrics_file["rows"]
+        for n, r in enumerate(rows, 1):
+            need(
+                r,
+                ("task", "knob", *A.KNOBS, "n_failed_generations", "n_failed_judgements"),
+                where,
+                n,
+            )
+        lines = [f"The knob study ({metrics_file.get('source', '?')}).", ""]
+        lines += knob_blocks(rows, knob_cols(rows))
+        plot = figure(rows)
+        figures = [("CRUD-RAG knob study", plot)] if plot else []
+        return ReportSection([*section.lines, *lines], [*section.figures, *figures])

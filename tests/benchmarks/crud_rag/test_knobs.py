@@ -127,7 +127,8 @@ def test_rows_by_hand_with_an_empty_output_invalid_and_counted() -> None:
     expected = text_metrics("海滨市地铁开通。", data[0].reference)
     assert row["bleu"] == pytest.approx(100 * expected["bleu"], abs=1e-3)
     assert row["rouge_l"] == pytest.approx(100 * fmean([expected["rouge_l"]]), abs=1e-3)
-    assert (row["n_items"], row["n_scored"], row["n_invalid"], row["n_failed"]) == (2, 1, 1, 0)
+    counts = ("n_items", "n_scored", "n_invalid", "n_failed_generations", "n_failed_judgements")
+    assert tuple(row[k] for k in counts) == (2, 1, 1, 0, 0)
     assert row["invalid_reasons"] == {"empty output": 1}
     assert row["knob"] == "oracle" and agg.report.count("| oracle context |") == 1
     assert "crud_rag.png" in agg.figures
