@@ -130,6 +130,8 @@ def test_rows_by_hand_with_an_empty_output_invalid_and_counted() -> None:
     counts = ("n_items", "n_scored", "n_invalid", "n_failed_generations", "n_failed_judgements")
     assert tuple(row[k] for k in counts) == (2, 1, 1, 0, 0)
     assert row["invalid_reasons"] == {"empty output": 1}
+    # the length has no better direction: its unit in the results table, no arrow
+    assert "| length (chars) |" in agg.report and "length (↑)" not in agg.report
     assert row["knob"] == "oracle" and agg.report.count("| oracle context |") == 1
     assert "crud_rag.png" in agg.figures
 
