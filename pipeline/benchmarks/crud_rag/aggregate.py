@@ -58,8 +58,8 @@ def item_score(item: Item, j: Judgement) -> Outcome:
             return Invalid(bad[0].raw or "invalid", len(bad), keys)
         values = {v.target_id: float(v.label) for v in j.verdicts}
         embedder = next((v.raw for v in j.verdicts if v.target_id == M.EMBEDDING), None)
-        detail = {"embedding_model": embedder} if embedder else {}
-        return Scored([ItemScore(item.item_id, values, keys=keys, detail=detail)])
+        made = {"embedding_model": embedder} if embedder else {}
+        return Scored([ItemScore(item.item_id, values, keys=keys, detail=made)])
     qset = item.quest_eval
     if qset is None or not qset.kept():
         return Excluded(NO_QUESTIONS, keys)
