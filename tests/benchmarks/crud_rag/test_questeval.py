@@ -86,3 +86,42 @@ def questeval_items(c):  # type: ignore[no-untyped-def]
     from pipeline.benchmarks.crud_rag.benchmark import CrudRag
 
     return CrudRag().construct(c, None).records
+
+
+def test_rows_of_ragquesteval_by_hand_no_questions_excluded_and_an_invalid_answer() -> None:
+    from pipeline.benchmarks.crud_rag.benchmark import CrudRag
+    from pipeline.core.benchmark import Run
+    from pipeline.core.records import Generation, Judgement, Verdict
+    from tests.benchmarks.crud_rag.helpers import ctx
+
+    bench = CrudRag()
+    base = {"chunk_size": 16, "chunk_overlap": 0, "retriever": "bm25", "top_k": 1}
+    grid = {"oracle": True, "chunk": [], "chunk_overlap": [], "top_k": [], "base": base}
+    c = ctx(tasks=["questanswer_1doc", "event_summary"], grid=grid)
+    items = {i.item_id: i for i in bench.construct(c, None).records}
+    qa = items["questanswer_1doc/qa1-1"]
+    assert qa.quest_eval is not None and qa.quest_eval.kept() == [0]
+
+    def gen(item_id: str, sample: int = 0) -> Generation:
+        g = Generation.offline("crud_rag", item_id, "m", "m", "oracle", "某个回答。", {})
+        return g.model_copy(update={"sample": sample})
+
+    gens = [gen(qa.item_id), gen(qa.item_id, 1), gen("event_summary/es-1")]
+    answer = qa.quest_eval.answers[0]
+    bad = Verdict(target_id="q1", label="INVALID", status="invalid", raw="not JSON")
+    js = [
+        Judgement.of(
+            "crud_rag", gens[0], "qe", "sha", "ok", [Verdict(target_id="q1", label=answer)]
+        ),
+        Judgement.of("crud_rag", gens[1], "qe", "sha", "invalid", [bad]),
+        Judgement.of("crud_rag", gens[2], "qe", "sha", "ok", []),
+    ]
+    agg = bench.aggregate(c, list(items.values()), [Run("m", "qe", gens, js)])
+    rows = {r["task"]: r for r in agg.metrics["rows"]}
+    q, es = rows["questanswer_1doc"], rows["event_summary"]
+    assert (q["precision"], q["recall"]) == (100.0, 100.0)  # its own reference answer
+    assert (q["n_items"], q["n_scored"], q["n_invalid"], q["n_invalid_verdicts"]) == (2, 1, 1, 1)
+    assert q["invalid_reasons"] == {"not JSON": 1}
+    # a record without a good question: left out and counted (was `n_no_questions`)
+    assert (es["n_items"], es["n_scored"], es["n_excluded"]) == (1, 0, 1)
+    assert es["excluded"] == {"no questions": 1} and es["precision"] is None
