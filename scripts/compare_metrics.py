@@ -33,7 +33,9 @@ RENAMES: dict[str, dict[str, str]] = {
         "n_unjudged_questions": "n_invalid",
     },
     "crux": {"n_queries": "n_scored", "n_failed": "n_failed_generations"},
-    "crud_rag": {"n_failed": "n_failed_generations"},
+    # n_failed was failed generations and judgements (0 in every committed row); n_no_questions
+    # (RAGQuestEval: no good question) is now an exclusion, reason "no questions" in `excluded`
+    "crud_rag": {"n_failed": "n_failed_generations", "n_no_questions": "n_excluded"},
 }
 IDENT = ("benchmark", "domain", "collection", "mode", "task", "system", "setting", "judge",
          "model", "retriever", "cutoff", "knob")  # fmt: skip

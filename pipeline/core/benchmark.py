@@ -693,6 +693,8 @@ class Benchmark(ABC, Generic[P, D, I]):
         """The typed rows, sorted (`row_order`), and per row key the item scores behind it."""
         if not self.metrics:
             raise NotImplementedError(f"{self.name} declares no metrics")
+        if self.metrics[0].higher_is_better is None:  # it ranks the rows
+            raise NotImplementedError(f"{self.name}: the main metric must have a better direction")
         scoring = score_rows(
             self.name,
             self.metrics,

@@ -251,7 +251,13 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         if bench.metrics:  # the declared main metric (pipeline/core/results.py), with its way
             main = bench.metrics[0]
             top += headline(
-                name, title, doc["rows"], main.name, kappa, where, main.higher_is_better
+                name,
+                title,
+                doc["rows"],
+                main.name,
+                kappa,
+                where,
+                main.higher_is_better is not False,
             )
         elif bench.plotted:  # not declared yet: the first plotted, higher is better
             top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)

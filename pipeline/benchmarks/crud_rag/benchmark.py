@@ -39,8 +39,6 @@ from pipeline.core.benchmark import (
     Benchmark,
     Constructed,
     Context,
-    CoverageCase,
-    CoverageVerdictLike,
     JudgePrompts,
     JudgeTask,
     Planned,
@@ -59,7 +57,7 @@ from pipeline.core.config import (
 )
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.markdown import need
-from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.core.records import Generation, Judgement
 from pipeline.core.results import Excluded, Invalid, ItemScore, Outcome, ResultRow
 from pipeline.core.types import EndpointConfig
 
@@ -175,12 +173,6 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
 
     def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
         return questeval.judge_task(generation, item, prompts)
-
-    def coverage_cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[CoverageCase]:
-        raise ConfigError("crud_rag has no coverage judge (use crud_rag-text or an openai judge)")
-
-    def coverage_verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        raise ConfigError("crud_rag has no coverage judge")
 
     def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
         return spec.embedding if isinstance(spec, TextJudge) else None
