@@ -124,6 +124,45 @@ def test_counters_and_spend_by_hand() -> None:
         score_rows("b", [MEAN], [Run("m", "j", gens, js)], items, score)
 
 
+def test_a_failed_generation_the_benchmark_counts_as_invalid_with_its_reason() -> None:
+    """`failed_outcome`: i2's empty output is an invalid item (its reason counted, in
+    `invalid_reasons` like a judge's), i3's failed call stays a failed generation."""
+    items = {"i1": 1, "i2": 2, "i3": 3}
+    gens = [_gen("i1"), _gen("i2", "error"), _gen("i3", "error")]
+    js = [_judgement(gens[0])]
+
+    def failed(item: int, g: Generation) -> Any:
+        return Invalid("empty output") if item == 2 else None
+
+    out = score_rows(
+        "b", [MEAN], [Run("m", "j", gens, js)], items,
+        lambda *_: Invalid("unusable"), failed_outcome=failed,
+    )  # fmt: skip
+    c = out.rows[0].counts
+    assert (c.n_items, c.n_scored, c.n_invalid, c.n_failed_generations) == (3, 0, 2, 1)
+    assert c.invalid_reasons == {"empty output": 1, "unusable": 1}
+    assert out.rows[0].spend.input_tokens == 3 * 10 + 5  # the empty output's call counted
+    both, _ = combine([MEAN], [out.rows[0], out.rows[0]], [[], []])
+    assert both.counts.invalid_reasons == {"empty output": 2, "unusable": 2}
+
+
+def test_a_metric_without_direction_and_a_main_metric_must_have_one() -> None:
+    from pipeline.core.markdown import results_table
+
+    length = Metric("length", higher_is_better=None, unit="chars")
+    assert length.direction == "no better direction"
+    head = results_table([MEAN, length], [{"system": "s", "m": 1.0, "length": 3.0}])[0]
+    assert "| m (↑) | length (chars) |" in head
+
+    from pipeline.benchmarks._template.benchmark import Template
+
+    class NoWay(Template):
+        metrics = (length,)
+
+    with pytest.raises(NotImplementedError, match="main metric must have a better direction"):
+        NoWay().score(SimpleNamespace(), [], [])
+
+
 def test_combine_pools_over_all_items() -> None:
     a = [ItemScore("a", parts={"r": (1.0, 2.0)})]
     b = [ItemScore("b", parts={"r": (3.0, 2.0)})]
