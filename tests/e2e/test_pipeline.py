@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.core import registry
 from pipeline.core.lineage import stage_md5
 from pipeline.core.records import generation_id
 from tests.conftest import make_project, run, slice_crud_rag, slice_crux
@@ -627,7 +628,10 @@ def test_compare_on_every_benchmark(
     )
     got = res["metrics"][main]
     assert res["n_shared_items"] == 3 and got["n_items"] == 3
-    assert got["paired_delta"] == pytest.approx(mb[main] - ma[main], abs=1e-6)
+    # the rows hold the pooled values rounded to the metric's declared digits (CRUD-RAG: 4)
+    digits = next(m.digits for m in registry.get(bench).metrics if m.name == main)
+    tol = 1e-6 if digits is None else 10.0**-digits
+    assert got["paired_delta"] == pytest.approx(mb[main] - ma[main], abs=tol)
     assert got["ci_low"] <= got["paired_delta"] <= got["ci_high"]
     same = json.loads(
         run(["lfbench", "compare", ida, ida, "--json", "--min-items", "2"], proj).stdout
