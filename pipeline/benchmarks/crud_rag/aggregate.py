@@ -25,11 +25,12 @@ def _pct(name: str, title: str = "") -> Metric:
     return Metric(name, title, scale=100.0, unit="x100", lo=0.0, hi=100.0, digits=4)
 
 
+# The first is the main one (headline, ranking, plots): ROUGE-L.
 METRICS = (
+    _pct("rouge_l", "ROUGE-L"),
     _pct("bleu", "BLEU (no BP)"),
     _pct("bleu_bp", "BLEU"),
     *(_pct(f"bleu{n}", f"BLEU-{n} precision") for n in range(1, 5)),
-    _pct("rouge_l", "ROUGE-L"),
     _pct(M.EMBEDDING, "embedding similarity"),
     Metric("length", "length", higher_is_better=None, unit="chars", lo=0.0, digits=4),
     _pct("precision", "RAGQuestEval precision"),
