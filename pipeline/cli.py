@@ -654,14 +654,29 @@ def check(params_path: Path, dvc_file: Path) -> None:
     " measured rate (requests run max_concurrency at a time).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--dry",
+    is_flag=True,
+    help="Instead: DVC's own dry run, `dvc repro --dry [TARGETS]` (the commands in the order"
+    " it runs them), which plain DVC fails on a stage whose inputs another has yet to make.",
+)
 def plan(
-    targets: tuple[str, ...], params_path: Path, seconds_per_request: float | None, as_json: bool
+    targets: tuple[str, ...],
+    params_path: Path,
+    seconds_per_request: float | None,
+    as_json: bool,
+    dry: bool,
 ) -> None:
     """What `dvc repro [TARGETS]` would send, sending nothing: per stage DVC reports changed,
     model and judge, the requests (less the response cache's hits), prompt and completion
     tokens, dollars and time."""
-    from pipeline.stages.plan import plan_project, render
+    from pipeline.stages.plan import dvc_dry_run, plan_project, render
 
+    if dry:
+        code = dvc_dry_run(Path.cwd(), targets)
+        if code:
+            raise LfbenchError(f"dvc repro --dry failed (exit status {code})")
+        return
     result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

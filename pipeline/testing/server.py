@@ -20,7 +20,8 @@ cores. Built on aiohttp.
 - ``--log FILE``: one JSON line per request (flushed), written just before the answer is sent
   (for a hang: when the hang starts): ``time``
   (arrival), ``body_sha256``, ``prompt_head`` (first 200 chars of the last user message), ``model``,
-  ``attempt``, ``fault``, ``status``, ``served`` (a valid answer was returned).
+  ``attempt``, ``fault``, ``status``, ``served`` (a valid answer was returned), and for a served
+  answer its ``prompt_tokens`` and ``completion_tokens`` (what its usage reports, when it has one).
 - ``--no-usage``: answers carry no ``usage`` object (as some servers send), so token counts and
   cost are unknown to the client.
 - ``--port 0`` picks a free port; ``--port-file FILE`` receives it once the server listens.
@@ -291,6 +292,8 @@ class Server:
                         content, finish = content[: len(content) // 2], "length"
                     resp = web.json_response(self._completion(body, content, finish))
                     record["served"] = True
+                    record["prompt_tokens"] = prompt_tokens(body)
+                    record["completion_tokens"] = n_tokens(content)
         except asyncio.CancelledError:
             if fault != "hang":
                 record["status"] = 499
