@@ -297,7 +297,9 @@ class Planner:
     def plan(self, cmd: StageCmd) -> StagePlan:
         o = cmd.options
         if cmd.kind == "generate":
-            return self.generate(cmd.name, o["benchmark"], o["model"], o["dataset"], o["data"])
+            return self.generate(
+                cmd.name, o["benchmark"], o["model"], o["dataset"], o.get("data", "")
+            )
         if cmd.kind == "judge":
             return self.judge(cmd, o["benchmark"], o["model"], o["judge"])
         plan = StagePlan(cmd.name, "other", benchmark=o.get("benchmark"))
@@ -345,11 +347,11 @@ class Planner:
         spec = self.params.models[model]
         plan.estimated = True
         if not isinstance(spec, OpenAIModel):
-            ctx = self._ctx(bench, o["data"])
+            ctx = self._ctx(bench, o.get("data", ""))
             gens = bench.offline_generations(ctx, model, spec, self._dataset(bench, o["dataset"]))
             plan.notes.append(f"{model}'s outputs made here (no model call)")
             return gens, 0
-        planned = self._planned_generations(bench, model, spec, o["dataset"], o["data"])
+        planned = self._planned_generations(bench, model, spec, o["dataset"], o.get("data", ""))
         m = measured(usage_path(path))
         length = round(m.mean_output) if m and m.mean_output is not None else spec.max_tokens
         plan.notes.append(
@@ -382,7 +384,7 @@ class Planner:
             return plan
         bench = self._bench(benchmark)
         gens, extra = self._generations(cmd, plan)
-        ctx = self._ctx(bench, cmd.options["data"])
+        ctx = self._ctx(bench, cmd.options.get("data", ""))
         items = bench.items(self._dataset(bench, cmd.options["dataset"]))
         todo = [g for g in gens if g.status == "ok" and g.item_id in items]
         built = self._judge_requests(bench, ctx, judge, spec, items, todo, extra)
