@@ -236,6 +236,18 @@ def measured(path: Path) -> Measured | None:
 # ---------------------------------------------------------------- the stages
 
 
+def configured_llms(section: Any) -> list[str]:
+    """The judges entries a benchmark section names as its `llm` (construction, synthesis, ...)."""
+    found: list[str] = []
+    if isinstance(section, dict):
+        for key, value in section.items():
+            if key == "llm" and isinstance(value, str):
+                found.append(value)
+            else:
+                found += configured_llms(value)
+    return found
+
+
 @dataclass(frozen=True)
 class StageCmd:
     """A dvc.yaml stage: its name and the options of its `lfbench run <kind>` command."""
@@ -303,8 +315,9 @@ class Planner:
         if cmd.kind == "judge":
             return self.judge(cmd, o["benchmark"], o["model"], o["judge"])
         plan = StagePlan(cmd.name, "other", benchmark=o.get("benchmark"))
-        if cmd.kind == "construct":
-            plan.notes.append("construction: an LLM it is configured with is not planned")
+        llms = configured_llms(self.params.raw_section(o.get("benchmark", "")))
+        if cmd.kind == "construct" and llms:
+            plan.notes.append(f"not planned: construction through {', '.join(llms)}")
         return plan
 
     def _planned_generations(
@@ -561,9 +574,9 @@ def render(plan: Plan) -> str:
                 f"{r.cache_hits:,}",
                 f"{r.prompt_tokens:,}",
                 f"{r.completion_tokens_max:,}",
-                _num(r.completion_tokens_est),
+                "-" if not r.requests else _num(r.completion_tokens_est),
                 f"{r.cost_usd_max:.4f}",
-                _num(r.cost_usd_est, "{:.4f}"),
+                "-" if not r.requests else _num(r.cost_usd_est, "{:.4f}"),
                 _num(r.time_s, "{:.0f} s"),
                 "estimated" if r.estimated else "",
             )

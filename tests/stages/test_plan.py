@@ -107,3 +107,25 @@ def test_an_llm_judge_scores_20_annotated_summaries_unless_asked_for_all() -> No
     assert SummhayAgreement().llm_max_samples == 20
     assert SummhayAgreement().max_samples is None  # the other judges: all 200
     assert SummhayAgreement(llm_max_samples=None).llm_max_samples is None
+
+
+def test_plan_counts_the_prompt_tokens_a_cl100k_server_reports(tmp_path: Path) -> None:
+    """A request sent to the test server counting in cl100k_base: its usage's prompt tokens are
+    the plan's count of the same request, and the request is then a cache hit."""
+    from pipeline.llm.client import run_chat_sync
+    from pipeline.stages.plan import message_tokens
+    from pipeline.testing.server import TestServer
+
+    text = "Summarize: the council voted 7-2 to fund the library's new wing in 2026."
+    request = ChatRequest("k", [{"role": "user", "content": text}], "sha")
+    with TestServer(tokenizer="cl100k") as srv:
+        ep = endpoint(base_url=srv.base_url, max_tokens=16)
+        planned = fill(StagePlan("s", "generate"), ep, [Built(request)], tmp_path, "s", None, None)
+        assert planned.requests == 1
+        [result], _ = run_chat_sync(
+            ep, [request], cache_path=llm_paths(tmp_path, "s")[0], journal_path=None, label="s"
+        )
+    assert result.status == "ok"
+    assert result.input_tokens == message_tokens(request) == planned.prompt_tokens
+    again = fill(StagePlan("s", "generate"), ep, [Built(request)], tmp_path, "s", None, None)
+    assert (again.requests, again.cache_hits) == (0, 1)
