@@ -613,8 +613,10 @@ def render(plan: Plan) -> str:
             out.append(
                 f"  {r.stage}{'/' + r.judge if r.kind == 'agreement' and r.judge else ''}: {n}"
             )
-        if r.requests and r.time_s is not None:
-            out.append(f"  {r.stage}: time from {r.time_basis}")
+        if r.requests:
+            who = f"{r.stage}/{r.judge}" if r.kind == "agreement" else r.stage
+            known = r.time_s is not None
+            out.append(f"  {who}: time {'from ' if known else ''}{r.time_basis}")
     out += [f"note: {n}" for n in plan.notes]
     out.append("nothing was sent; prompt tokens in cl100k_base (message contents)")
     return "\n".join(out) + "\n"
