@@ -174,7 +174,7 @@ def fill(
     by_key: dict[str, Built] = {}
     for b in built:
         by_key.setdefault(cache_key(endpoint, b.request), b)
-    hits = cached_keys(root, stage, list(by_key))
+    hits = cached_answers(root, stage, list(by_key))
     todo = [b for k, b in by_key.items() if k not in hits]
     plan.built, plan.cache_hits, plan.requests = len(by_key), len(hits), len(todo)
     plan.prompt_tokens = sum(message_tokens(b.request) + b.extra_tokens for b in todo)
@@ -199,16 +199,17 @@ def fill(
     return plan
 
 
-def cached_keys(root: Path, stage: str, keys: Sequence[str]) -> set[str]:
-    """The keys the response cache or the stage's journal already answers (nothing is sent; a
-    workspace without a cache file gets none, and no file is made)."""
+def cached_answers(root: Path, stage: str, keys: Sequence[str]) -> dict[str, str]:
+    """The answers (by cache key) the response cache or the stage's journal already holds:
+    nothing is sent; a workspace without a cache file has none, and no file is made."""
     import os
 
     from pipeline.llm.cache import CACHE_URL_ENV, ResponseCache, backend_for
     from pipeline.llm.journal import load_journal
 
     cache_path, journal_path = llm_paths(root, stage)
-    found = set(load_journal(journal_path)) & set(keys)
+    wanted = set(keys)
+    found = {k: e.text for k, e in load_journal(journal_path).items() if k in wanted}
     if not os.environ.get(CACHE_URL_ENV, "").strip() and not cache_path.exists():
         return found
     backend = backend_for(cache_path)
@@ -216,10 +217,10 @@ def cached_keys(root: Path, stage: str, keys: Sequence[str]) -> set[str]:
         return found
     cache = ResponseCache(backend=backend)
     try:
-        found |= set(cache.get_many([k for k in keys if k not in found]))
+        got = cache.get_many([k for k in keys if k not in found])
     finally:
         cache.close()
-    return found
+    return found | {k: a.text for k, a in got.items()}
 
 
 def measured(path: Path) -> Measured | None:
@@ -345,47 +346,59 @@ class Planner:
             self.seconds_per_request,
         )
 
-    def _generations(self, cmd: StageCmd, plan: StagePlan) -> tuple[list[Generation], int]:
-        """The outputs a judge stage will judge, and the tokens of each stand-in output: the file
-        when it exists and its generate stage is not about to remake it; else stand-ins (one per
-        planned request of an LLM; a no-model provider's outputs are made here, as its stage
-        makes them)."""
+    def _generations(
+        self, cmd: StageCmd, plan: StagePlan
+    ) -> tuple[list[Generation], dict[str, int]]:
+        """The outputs a judge stage will judge, and the estimated tokens of each stand-in (by
+        generation id): the file when it exists and its generate stage is not about to remake
+        it; else, for an LLM, the answers the response cache already holds and stand-ins for the
+        others (one per planned request); a no-model provider's outputs are made here, as its
+        stage makes them."""
         o = cmd.options
         benchmark, model = o["benchmark"], o["model"]
         path = self._path(o["generations"])
         remade = generate_stage(benchmark, model) in self.changed
         if path.exists() and not remade:
-            return read_jsonl(path, Generation), 0
+            return read_jsonl(path, Generation), {}
         bench = self._bench(benchmark)
         spec = self.params.models[model]
-        plan.estimated = True
         if not isinstance(spec, OpenAIModel):
             ctx = self._ctx(bench, o.get("data", ""))
             gens = bench.offline_generations(ctx, model, spec, self._dataset(bench, o["dataset"]))
             plan.notes.append(f"{model}'s outputs made here (no model call)")
-            return gens, 0
+            return gens, {}
         planned = self._planned_generations(bench, model, spec, o["dataset"], o.get("data", ""))
+        endpoint = spec.endpoint()
+        keys = [cache_key(endpoint, p.request) for p in planned]
+        cached = cached_answers(self.root, generate_stage(benchmark, model), keys)
         m = measured(usage_path(path))
         length = round(m.mean_output) if m and m.mean_output is not None else spec.max_tokens
-        plan.notes.append(
-            f"estimated: {model}'s outputs do not exist yet; each counted as {length} tokens"
-            + (" (its mean in an earlier run)" if m else " (its max_tokens: an upper bound)")
-        )
-        gens = [
-            Generation(
+        gens, extra = [], {}
+        for p, k in zip(planned, keys, strict=True):
+            text = cached.get(k)
+            g = Generation(
                 benchmark=bench.name,
                 item_id=p.item_id,
                 model=model,
                 system=p.system,
                 setting=p.setting,
                 sample=p.sample,
-                status="ok",
-                text="",
+                # an empty cached answer is a failed generation: not judged
+                status="ok" if text is None or text.strip() else "error",
+                text=text or "",
                 meta=dict(p.meta),
             )
-            for p in planned
-        ]
-        return gens, length
+            if text is None:
+                extra[g.generation_id] = length
+            gens.append(g)
+        if extra:
+            plan.estimated = True
+            plan.notes.append(
+                f"estimated: {len(extra)} of {model}'s {len(gens)} outputs do not exist yet; each"
+                f" counted as {length} tokens"
+                + (" (its mean in an earlier run)" if m else " (its max_tokens: an upper bound)")
+            )
+        return gens, extra
 
     def judge(self, cmd: StageCmd, benchmark: str, model: str, judge: str) -> StagePlan:
         spec = self.params.judges[judge]
@@ -421,10 +434,15 @@ class Planner:
         spec: OpenAIJudge,
         items: Any,
         gens: Sequence[Generation],
-        extra: int,
+        extra: dict[str, int],
     ) -> list[Built]:
+        """The judge's requests, as its stage builds them (each with its stand-in's tokens)."""
         tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
-        return [Built(a.request, extra) for t in tasks for a in t.asks]
+        return [
+            Built(a.request, extra.get(t.generation.generation_id, 0))
+            for t in tasks
+            for a in t.asks
+        ]
 
     def agreement_plans(self, stage: str, benchmark: str, labels: str) -> list[StagePlan]:
         """One plan per LLM judge of the section: it scores the labelled outputs (the first N the
@@ -443,7 +461,7 @@ class Planner:
             plan = StagePlan(stage, "agreement", benchmark, None, name, provider=spec.provider)
             if isinstance(spec, OpenAIJudge):
                 plan.notes.append(f"{len(llm_gens)} of {len(gens)} labelled outputs")
-                built = self._judge_requests(bench, ctx, name, spec, items, llm_gens, 0)
+                built = self._judge_requests(bench, ctx, name, spec, items, llm_gens, {})
                 stage_llm = agreement_stage(benchmark, name)
                 fill(
                     plan,

@@ -79,9 +79,14 @@ def test_plan_matches_what_dvc_repro_sends(project: Path, tmp_path: Path) -> Non
     assert abs(estimate - recorded) <= 0.10 * recorded
     assert completion <= plan["totals"]["completion_tokens_max"]
 
-    # after the run, nothing is left to send: the same plan finds every request cached
-    again = json.loads(run(["lfbench", "plan", "--json"], project, env=_env()).stdout)
-    assert again["totals"]["requests"] == 0
+    # the generations deleted: DVC would re-run both stages, and the plan finds every request
+    # in the response cache (the judge's exactly: it judges the cached answers)
+    (project / "generations/summhay/tiny.jsonl").unlink()
+    again = _by_stage(json.loads(run(["lfbench", "plan", "--json"], project, env=_env()).stdout))
+    assert set(again) == {("summhay-generate@tiny", None), ("summhay-judge@tiny-llm", "llm")}
+    g2, j2 = again[("summhay-generate@tiny", None)], again[("summhay-judge@tiny-llm", "llm")]
+    assert (g2["requests"], g2["cache_hits"]) == (0, 2)
+    assert (j2["requests"], j2["cache_hits"], j2["estimated"]) == (0, judge["requests"], False)
 
 
 def test_dry_run_on_a_new_model(project: Path) -> None:
