@@ -129,3 +129,34 @@ def test_plan_counts_the_prompt_tokens_a_cl100k_server_reports(tmp_path: Path) -
     assert result.input_tokens == message_tokens(request) == planned.prompt_tokens
     again = fill(StagePlan("s", "generate"), ep, [Built(request)], tmp_path, "s", None, None)
     assert (again.requests, again.cache_hits) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("cap", "expected"), [({}, 20), ({"llm_max_samples": 3}, 3), ({"llm_max_samples": None}, 25)]
+)
+def test_the_agreement_stage_gives_an_llm_judge_its_capped_samples(
+    cap: dict[str, object], expected: int
+) -> None:
+    from pipeline.core import registry
+    from pipeline.core.config import validate_params
+    from pipeline.core.records import Generation
+    from pipeline.stages.agreement import llm_labelled
+    from pipeline.stages.common import context
+
+    params = validate_params(
+        {
+            "models": {"lead": {"provider": "baseline", "kind": "lead"}},
+            "judges": {"local": {"provider": "local"}},
+            "summhay": {"models": ["lead"], "judges": ["local"], "agreement": cap},
+        },
+        benchmarks=["summhay"],
+    )
+    bench = registry.get("summhay")
+    ctx = context(bench, params, Path(__file__).resolve().parents[2])
+    gens = [
+        Generation(
+            benchmark="summhay", item_id=f"i{k}", model="m", system="s", setting="x", status="ok"
+        )
+        for k in range(25)
+    ]
+    assert [g.item_id for g in llm_labelled(bench, ctx, gens)] == [f"i{k}" for k in range(expected)]
