@@ -153,6 +153,9 @@ class Built:
 
     request: ChatRequest
     extra_tokens: int = 0  # a stand-in output's estimated length, added to its prompt
+    # the stand-in output it judges (its text unknown: never a cache hit, never one request
+    # with another's)
+    standin: str | None = None
 
 
 def message_tokens(request: ChatRequest) -> int:
@@ -173,8 +176,10 @@ def fill(
     """Count the requests of a stage: distinct cache keys, less the hits; tokens, cost, time."""
     by_key: dict[str, Built] = {}
     for b in built:
-        by_key.setdefault(cache_key(endpoint, b.request), b)
-    hits = cached_answers(root, stage, list(by_key))
+        key = cache_key(endpoint, b.request)
+        by_key.setdefault(key if b.standin is None else f"{b.standin}#{key}", b)
+    real = [k for k, b in by_key.items() if b.standin is None]
+    hits = cached_answers(root, stage, real)
     todo = [b for k, b in by_key.items() if k not in hits]
     plan.built, plan.cache_hits, plan.requests = len(by_key), len(hits), len(todo)
     plan.prompt_tokens = sum(message_tokens(b.request) + b.extra_tokens for b in todo)
@@ -438,11 +443,12 @@ class Planner:
     ) -> list[Built]:
         """The judge's requests, as its stage builds them (each with its stand-in's tokens)."""
         tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
-        return [
-            Built(a.request, extra.get(t.generation.generation_id, 0))
-            for t in tasks
-            for a in t.asks
-        ]
+        out = []
+        for t in tasks:
+            gid = t.generation.generation_id
+            standin = gid if gid in extra else None
+            out += [Built(a.request, extra.get(gid, 0), standin) for a in t.asks]
+        return out
 
     def agreement_plans(self, stage: str, benchmark: str, labels: str) -> list[StagePlan]:
         """One plan per LLM judge of the section: it scores the labelled outputs (the first N the

@@ -160,3 +160,16 @@ def test_the_agreement_stage_gives_an_llm_judge_its_capped_samples(
         for k in range(25)
     ]
     assert [g.item_id for g in llm_labelled(bench, ctx, gens)] == [f"i{k}" for k in range(expected)]
+
+
+def test_stand_ins_of_two_outputs_are_two_requests(tmp_path: Path) -> None:
+    """Outputs not made yet are judged through stand-ins whose prompts are alike (their text is
+    unknown): each is its own request, and none is taken for a cached one."""
+    ep = endpoint()
+    request = ChatRequest("k", [{"role": "user", "content": "hello world"}], "sha")
+    cache = ResponseCache(llm_paths(tmp_path, "s")[0])
+    cache.put_now([CachedAnswer(cache_key(ep, request), "old answer", "stop", 5, 2)])
+    cache.close()
+    built = [Built(request, 7, "g1"), Built(request, 7, "g2"), Built(request, 7, "g2")]
+    plan = fill(StagePlan("s", "judge"), ep, built, tmp_path, "s", None, None)
+    assert (plan.requests, plan.cache_hits, plan.prompt_tokens) == (2, 0, 2 * (2 + 7))
