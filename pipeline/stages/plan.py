@@ -14,15 +14,18 @@ the stage's journal (never sent), and counted:
   entry's rate limits allow, or the measured request rate of an earlier run of the stage, or
   `seconds_per_request` per request at the entry's concurrency when given.
 
-A judge stage whose generations do not exist yet (or will be remade) is *estimated*: its
-requests are built over stand-in outputs (one per planned generation, empty), so their number is
-exact; each prompt is then counted as the empty one plus the output's length (the mean answer of
-an earlier run of the generation, else its max_tokens: an upper bound). Repair requests (one
-per unusable answer) and retries cannot be known in advance and are not counted. Stages that call
-no model show 0 requests.
+A judge stage whose generations do not exist yet (or will be remade) judges the answers the
+response cache already holds for them, and stand-ins for the others: one per planned generation,
+empty, each its own request (never merged with another's, never a cache hit), so the number of
+requests is exact; such a stage is *estimated*: each stand-in's prompt is counted as the empty
+one plus the output's length (the mean answer of an earlier run of the generation, else its
+max_tokens: an upper bound). Repair requests (one per unusable answer) and retries cannot be
+known in advance and are not counted. Stages that call no model show 0 requests.
 
-`dvc repro --dry` itself cannot serve here: DVC looks a changed stage up in its run cache, which
-hashes every dependency, and fails on one another stage has yet to make (treeverse/dvc#9818).
+`dvc repro --dry` cannot serve here: DVC looks each changed stage up in its run cache, which
+hashes every dependency, and fails on one another stage has yet to make (treeverse/dvc#9818,
+open); `dvc_dry_run` (`lfbench plan --dry`) is that dry run with the lookup skipped for such a
+stage.
 """
 
 from __future__ import annotations
