@@ -7,6 +7,7 @@
     lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
     lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
     lfbench check                          validate params.yaml whole (every benchmark section)
+    lfbench plan [TARGETS] [--json]        what `dvc repro` would send: requests, tokens, $, time
     lfbench new-benchmark NAME             a new benchmark package from the template
     lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
     lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
@@ -640,6 +641,47 @@ def check(params_path: Path, dvc_file: Path) -> None:
     if stale:
         raise LfbenchError(f"{len(stale)} stage(s) of {dvc_file} have stale code dependencies")
     click.echo(f"{dvc_file}: every stage depends on the code it runs")
+
+
+@cli.command()
+@click.argument("targets", nargs=-1)
+@params_option
+@click.option(
+    "--seconds-per-request",
+    type=float,
+    default=None,
+    help="Assumed time of one request, for the time of stages without a rate limit or a"
+    " measured rate (requests run max_concurrency at a time).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--dry",
+    is_flag=True,
+    help="Instead: DVC's own dry run, `dvc repro --dry [TARGETS]` (the commands in the order"
+    " it runs them), which plain DVC fails on a stage whose inputs another has yet to make.",
+)
+def plan(
+    targets: tuple[str, ...],
+    params_path: Path,
+    seconds_per_request: float | None,
+    as_json: bool,
+    dry: bool,
+) -> None:
+    """What `dvc repro [TARGETS]` would send, sending nothing: per stage DVC reports changed,
+    model and judge, the requests (less the response cache's hits), prompt and completion
+    tokens, dollars and time."""
+    from pipeline.stages.plan import dvc_dry_run, plan_project, render
+
+    if dry:
+        code = dvc_dry_run(Path.cwd(), targets)
+        if code:
+            raise LfbenchError(f"dvc repro --dry failed (exit status {code})")
+        return
+    result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        click.echo(render(result), nl=False)
 
 
 @cli.command("new-benchmark")

@@ -480,6 +480,10 @@ class HumanAgreement(ABC, Generic[P, I]):
     @abstractmethod
     def judge_vs_judge(self, section: P) -> bool: ...
 
+    def llm_samples(self, section: P) -> int | None:
+        """How many of the labelled outputs (the first N) an LLM judge scores; None: all."""
+        return None
+
     @abstractmethod
     def evaluate(
         self,

@@ -26,7 +26,7 @@ from pipeline.core.io import (
     read_jsonl,
     write_json,
 )
-from pipeline.core.records import Judgement
+from pipeline.core.records import Generation, Judgement
 from pipeline.stages.aggregate import log_sync, run_spec
 from pipeline.stages.common import (
     agreement_stage,
@@ -49,6 +49,14 @@ def capability(bench: AnyBenchmark) -> HumanAgreement[Any, Any]:
     return bench.agreement
 
 
+def llm_labelled(
+    bench: AnyBenchmark, ctx: Context[Any], gens: list[Generation]
+) -> list[Generation]:
+    """The labelled outputs an LLM judge scores: the first N the benchmark's cap allows."""
+    cap = capability(bench).llm_samples(ctx.section)
+    return gens if cap is None else gens[:cap]
+
+
 def judge_labelled(
     bench: AnyBenchmark, ctx: Context[Any], labelled: Any, released: dict[str, Any], root: Path
 ) -> tuple[dict[str, Any], dict[str, JudgeInfo]]:
@@ -56,6 +64,7 @@ def judge_labelled(
     ag = capability(bench)
     params = ctx.params
     items, gens = ag.to_judge(labelled)
+    llm_gens = llm_labelled(bench, ctx, gens)
     judged: dict[str, Any] = {}
     info: dict[str, JudgeInfo] = {}
     for name in ctx.section.judges:
@@ -75,7 +84,7 @@ def judge_labelled(
             )
         elif isinstance(spec, OpenAIJudge):
             stage = agreement_stage(bench.name, name)
-            js, report = llm_judgements(bench, ctx, name, spec, items, gens, stage, root)
+            js, report = llm_judgements(bench, ctx, name, spec, items, llm_gens, stage, root)
             finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
             sha = ",".join(sorted({j.judge_prompt_sha for j in js})) or "none"
             judged[name] = ag.labels(labelled, js)

@@ -10,9 +10,11 @@ cores. Built on aiohttp.
   "faults": ["429", "hang"]}``, first match wins; ``status`` answers with that HTTP error,
   ``faults`` injects those faults on the first attempts of a matching body) or
   ``--responder module:function`` (a callable ``(body: dict) -> str``). Token counts are
-  ``max(1, chars // 4)``.
+  ``max(1, chars // 4)`` unless ``--tokenizer`` says otherwise.
 - ``GET /v1/models`` lists one model.
 - ``--latency-ms``: sleep before answering.
+- ``--tokenizer``: how usage counts tokens: `chars` (a quarter of the characters, the default) or
+  `cl100k` (cl100k_base, as an OpenAI model counts the messages' contents).
 - Faults: with probability ``--fault-rate`` (decided by a seeded hash of the body and the number of
   times that body was seen, so it does not depend on arrival order) one of ``--faults``
   (``429``, ``500``, ``hang``, ``malformed``, ``truncated``) is injected, at most
@@ -20,7 +22,8 @@ cores. Built on aiohttp.
 - ``--log FILE``: one JSON line per request (flushed), written just before the answer is sent
   (for a hang: when the hang starts): ``time``
   (arrival), ``body_sha256``, ``prompt_head`` (first 200 chars of the last user message), ``model``,
-  ``attempt``, ``fault``, ``status``, ``served`` (a valid answer was returned).
+  ``attempt``, ``fault``, ``status``, ``served`` (a valid answer was returned), and for a served
+  answer its ``prompt_tokens`` and ``completion_tokens`` (what its usage reports, when it has one).
 - ``--no-usage``: answers carry no ``usage`` object (as some servers send), so token counts and
   cost are unknown to the client.
 - ``--port 0`` picks a free port; ``--port-file FILE`` receives it once the server listens.
@@ -120,8 +123,27 @@ def load_responder(spec: str | None, script: Path | None) -> Responder:
     return default_responder
 
 
+# How usage counts tokens: "chars" (a quarter of the characters) or "cl100k" (cl100k_base, as
+# an OpenAI model counts; --tokenizer). One server process, one setting.
+TOKENIZERS = ("chars", "cl100k")
+_tokenizer = "chars"
+
+
 def n_tokens(text: str) -> int:
+    if _tokenizer == "cl100k":
+        from pipeline.retrieval.tokens import count_tokens
+
+        return max(1, count_tokens(text))
     return max(1, len(text) // 4)
+
+
+def cut_to(text: str, limit: int) -> str:
+    """The start of an answer that fills `limit` tokens."""
+    if _tokenizer == "cl100k":
+        from pipeline.retrieval.tokens import truncate_tokens
+
+        return truncate_tokens(text, limit)
+    return text[: 4 * limit]
 
 
 EMBED_DIM = 64
@@ -139,13 +161,14 @@ def text_vector(text: str) -> list[float]:
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
+    """The tokens of the messages' contents (no chat template)."""
     messages = body.get("messages")
-    chars = 0
+    contents = []
     if isinstance(messages, list):
-        for m in messages:
-            if isinstance(m, dict):
-                chars += len(str(m.get("content", "")))
-    return max(1, chars // 4)
+        contents = [str(m.get("content", "")) for m in messages if isinstance(m, dict)]
+    if _tokenizer == "cl100k":
+        return max(1, sum(n_tokens(c) for c in contents if c))
+    return max(1, sum(len(c) for c in contents) // 4)
 
 
 class FaultPlan:
@@ -286,11 +309,13 @@ class Server:
                     limit = body.get("max_tokens")
                     if isinstance(limit, int) and n_tokens(content) > limit:
                         # as a real server does: the answer ends at max_tokens
-                        content, finish = content[: 4 * limit], "length"
+                        content, finish = cut_to(content, limit), "length"
                     if fault == "truncated":
                         content, finish = content[: len(content) // 2], "length"
                     resp = web.json_response(self._completion(body, content, finish))
                     record["served"] = True
+                    record["prompt_tokens"] = prompt_tokens(body)
+                    record["completion_tokens"] = n_tokens(content)
         except asyncio.CancelledError:
             if fault != "hang":
                 record["status"] = 499
@@ -439,6 +464,8 @@ async def _send(request: web.Request, resp: web.StreamResponse) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    global _tokenizer
+    _tokenizer = args.tokenizer
     log = Path(args.log).open("a", encoding="utf-8") if args.log else None  # noqa: SIM115
     script = Path(args.script) if args.script else None
     responder = load_responder(args.responder, script)
@@ -499,6 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-faults-per-request", type=int, default=2)
     p.add_argument("--log", help="append one JSON line per request to this file")
     p.add_argument("--no-usage", action="store_true", help="answers without a usage object")
+    p.add_argument(
+        "--tokenizer", choices=TOKENIZERS, default="chars", help="how usage counts tokens"
+    )
     return p
 
 
@@ -532,6 +562,7 @@ class TestServer:
         cwd: Path | None = None,
         startup_timeout_s: float = 30.0,
         usage: bool = True,
+        tokenizer: str = "chars",
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="lfbench-testserver-")
         tmp = Path(self._tmp.name)
@@ -563,6 +594,8 @@ class TestServer:
             str(max_faults_per_request),
             "--log",
             str(self.log_path),
+            "--tokenizer",
+            tokenizer,
         ]
         if not usage:
             args.append("--no-usage")

@@ -708,6 +708,9 @@ class HumanLabels(HumanAgreement[SummhayParams, Subtopic]):
     def judge_vs_judge(self, section: SummhayParams) -> bool:
         return section.agreement.judge_vs_judge
 
+    def llm_samples(self, section: SummhayParams) -> int | None:
+        return section.agreement.llm_max_samples
+
     def evaluate(
         self,
         ctx: Context[SummhayParams],

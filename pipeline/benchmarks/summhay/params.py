@@ -58,6 +58,12 @@ class SummhayAgreement(Strict):
         ge=1,
         description="score only the first N annotated summaries (quick runs; null = all 200)",
     )
+    llm_max_samples: int | None = Field(
+        default=20,
+        ge=1,
+        description="an LLM judge (provider openai) scores only the first N of them (20: about"
+        " 140 per-insight calls; null = all, 1,419 calls for the 200)",
+    )
 
 
 SYNTH = f"{PROMPTS}/synthesis"

@@ -1,0 +1,683 @@
+"""`lfbench plan`: what a `dvc repro` would send, before it sends anything.
+
+For each stage DVC reports changed (`dvc status`, through the `dvc.repo.Repo` API), the requests
+are built exactly as the stage builds them (the benchmark's `plan_generations` and `judge_tasks`,
+the agreement stage's labelled outputs), their cache keys looked up in the response cache and
+the stage's journal (never sent), and counted:
+
+- requests: distinct requests the stage would send (cache and journal hits left out);
+- prompt tokens: the built prompts in cl100k_base tokens (`pipeline.retrieval.tokens`), message
+  contents only (a server adds a few tokens of chat template per message);
+- completion tokens: an upper bound (each request's max_tokens), and an estimate where an earlier
+  run of the same stage recorded its mean answer length (its usage file);
+- dollars from the entry's prices (upper bound, and estimate), and a time: at least what the
+  entry's rate limits allow, or the measured request rate of an earlier run of the stage, or
+  `seconds_per_request` per request at the entry's concurrency when given.
+
+A judge stage whose generations do not exist yet (or will be remade) judges the answers the
+response cache already holds for them, and stand-ins for the others: one per planned generation,
+empty, each its own request (never merged with another's, never a cache hit), so the number of
+requests is exact; such a stage is *estimated*: each stand-in's prompt is counted as the empty
+one plus the output's length (the mean answer of an earlier run of the generation, else its
+max_tokens: an upper bound). Repair requests (one per unusable answer) and retries cannot be
+known in advance and are not counted. Stages that call no model show 0 requests.
+
+`dvc repro --dry` cannot serve here: DVC looks each changed stage up in its run cache, which
+hashes every dependency, and fails on one another stage has yet to make (treeverse/dvc#9818,
+open); `dvc_dry_run` (`lfbench plan --dry`) is that dry run with the lookup skipped for such a
+stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.benchmark import AnyBenchmark, Context
+from pipeline.core.config import OpenAIJudge, OpenAIModel, Params, PublishedJudge
+from pipeline.core.errors import DataError
+from pipeline.core.io import read_json, read_jsonl
+from pipeline.core.records import Generation
+from pipeline.core.types import ChatRequest, EndpointConfig
+from pipeline.llm.client import cache_key, effective_max_tokens
+from pipeline.stages.common import (
+    agreement_stage,
+    applies,
+    context,
+    generate_stage,
+    judge_stage,
+    llm_paths,
+    read_dataset,
+    usage_path,
+)
+
+# ---------------------------------------------------------------- arithmetic
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What an earlier run of a stage recorded (its usage file): requests sent, answer tokens
+    and wall time."""
+
+    requests: int
+    output_tokens: int
+    wall_s: float
+
+    @property
+    def mean_output(self) -> float | None:
+        return self.output_tokens / self.requests if self.requests else None
+
+    @property
+    def rate(self) -> float | None:
+        """Requests per second."""
+        return self.requests / self.wall_s if self.requests and self.wall_s > 0 else None
+
+
+def cost(endpoint: EndpointConfig, prompt_tokens: float, completion_tokens: float) -> float:
+    return (
+        prompt_tokens * endpoint.price_input_per_1m
+        + completion_tokens * endpoint.price_output_per_1m
+    ) / 1e6
+
+
+def duration(
+    endpoint: EndpointConfig,
+    requests: int,
+    tokens: float,
+    *,
+    measured_rate: float | None = None,
+    seconds_per_request: float | None = None,
+) -> tuple[float | None, str]:
+    """Seconds to send `requests` requests of `tokens` tokens in all, and how it was found.
+
+    The rate limits give a floor, as the client's limiter schedules them: (n - 1) * 60 / rpm,
+    and tokens * 60 / tpm. The pace: the measured rate of an earlier run, else
+    `seconds_per_request` per request with max_concurrency requests at a time. The larger wins.
+    None when there is no limit and no pace to go by."""
+    if requests == 0:
+        return 0.0, "nothing to send"
+    floors: list[tuple[float, str]] = []
+    if endpoint.requests_per_minute:
+        floors.append(((requests - 1) * 60.0 / endpoint.requests_per_minute, "requests_per_minute"))
+    if endpoint.tokens_per_minute:
+        floors.append((tokens * 60.0 / endpoint.tokens_per_minute, "tokens_per_minute"))
+    if measured_rate:
+        floors.append((requests / measured_rate, "measured rate of an earlier run"))
+    elif seconds_per_request is not None:
+        waves = math.ceil(requests / endpoint.max_concurrency)
+        floors.append(
+            (
+                waves * seconds_per_request,
+                f"{seconds_per_request:g} s/request at concurrency {endpoint.max_concurrency}",
+            )
+        )
+    if not floors:
+        return None, "unknown: no rate limit, no measured rate (give --seconds-per-request)"
+    secs, basis = max(floors)
+    return secs, basis
+
+
+# ---------------------------------------------------------------- a stage's plan
+
+
+@dataclass
+class StagePlan:
+    stage: str
+    kind: str  # generate | judge | agreement | other
+    benchmark: str | None = None
+    model: str | None = None
+    judge: str | None = None
+    provider: str = "none"
+    built: int = 0  # requests built (distinct cache keys)
+    cache_hits: int = 0  # of those, answered by the response cache or the stage's journal
+    requests: int = 0  # to send
+    prompt_tokens: int = 0
+    completion_tokens_max: int = 0
+    completion_tokens_est: int | None = None
+    cost_usd_max: float = 0.0
+    cost_usd_est: float | None = None
+    time_s: float | None = 0.0
+    time_basis: str = "no model"
+    estimated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A request built as its stage builds it."""
+
+    request: ChatRequest
+    extra_tokens: int = 0  # a stand-in output's estimated length, added to its prompt
+    # the stand-in output it judges (its text unknown: never a cache hit, never one request
+    # with another's)
+    standin: str | None = None
+
+
+def message_tokens(request: ChatRequest) -> int:
+    from pipeline.retrieval.tokens import count_tokens_batch
+
+    return sum(count_tokens_batch([m.get("content", "") for m in request.messages]))
+
+
+def fill(
+    plan: StagePlan,
+    endpoint: EndpointConfig,
+    built: Sequence[Built],
+    root: Path,
+    stage: str,
+    measured: Measured | None,
+    seconds_per_request: float | None,
+) -> StagePlan:
+    """Count the requests of a stage: distinct cache keys, less the hits; tokens, cost, time."""
+    by_key: dict[str, Built] = {}
+    for b in built:
+        key = cache_key(endpoint, b.request)
+        by_key.setdefault(key if b.standin is None else f"{b.standin}#{key}", b)
+    real = [k for k, b in by_key.items() if b.standin is None]
+    hits = cached_answers(root, stage, real)
+    todo = [b for k, b in by_key.items() if k not in hits]
+    plan.built, plan.cache_hits, plan.requests = len(by_key), len(hits), len(todo)
+    plan.prompt_tokens = sum(message_tokens(b.request) + b.extra_tokens for b in todo)
+    plan.completion_tokens_max = sum(effective_max_tokens(endpoint, b.request) for b in todo)
+    mean = measured.mean_output if measured else None
+    plan.completion_tokens_est = None if mean is None else round(mean * len(todo))
+    plan.cost_usd_max = cost(endpoint, plan.prompt_tokens, plan.completion_tokens_max)
+    if plan.completion_tokens_est is not None:
+        plan.cost_usd_est = cost(endpoint, plan.prompt_tokens, plan.completion_tokens_est)
+    completion = (
+        plan.completion_tokens_est
+        if plan.completion_tokens_est is not None
+        else plan.completion_tokens_max
+    )
+    plan.time_s, plan.time_basis = duration(
+        endpoint,
+        plan.requests,
+        plan.prompt_tokens + completion,
+        measured_rate=measured.rate if measured else None,
+        seconds_per_request=seconds_per_request,
+    )
+    return plan
+
+
+def cached_answers(root: Path, stage: str, keys: Sequence[str]) -> dict[str, str]:
+    """The answers (by cache key) the response cache or the stage's journal already holds:
+    nothing is sent; a workspace without a cache file has none, and no file is made."""
+    import os
+
+    from pipeline.llm.cache import CACHE_URL_ENV, ResponseCache, backend_for
+    from pipeline.llm.journal import load_journal
+
+    cache_path, journal_path = llm_paths(root, stage)
+    wanted = set(keys)
+    found = {k: e.text for k, e in load_journal(journal_path).items() if k in wanted}
+    if not os.environ.get(CACHE_URL_ENV, "").strip() and not cache_path.exists():
+        return found
+    backend = backend_for(cache_path)
+    if backend is None:
+        return found
+    cache = ResponseCache(backend=backend)
+    try:
+        got = cache.get_many([k for k in keys if k not in found])
+    finally:
+        cache.close()
+    return found | {k: a.text for k, a in got.items()}
+
+
+def measured(path: Path) -> Measured | None:
+    """An earlier run's usage file of this stage, when it sent anything."""
+    if not path.exists():
+        return None
+    raw = read_json(path)
+    sent = int(raw.get("requests_sent") or 0)
+    if sent <= 0:
+        return None
+    return Measured(sent, int(raw.get("output_tokens") or 0), float(raw.get("wall_s") or 0.0))
+
+
+# ---------------------------------------------------------------- the stages
+
+
+def configured_llms(section: Any) -> list[str]:
+    """The judges entries a benchmark section names as its `llm` (construction, synthesis, ...)."""
+    found: list[str] = []
+    if isinstance(section, dict):
+        for key, value in section.items():
+            if key == "llm" and isinstance(value, str):
+                found.append(value)
+            else:
+                found += configured_llms(value)
+    return found
+
+
+@dataclass(frozen=True)
+class StageCmd:
+    """A dvc.yaml stage: its name and the options of its `lfbench run <kind>` command."""
+
+    name: str
+    kind: str
+    options: dict[str, str]
+
+    @classmethod
+    def parse(cls, name: str, cmd: str) -> StageCmd:
+        words = shlex.split(cmd)
+        kind, options = "other", {}
+        if len(words) >= 3 and words[0] == "lfbench" and words[1] in ("run", "stage"):
+            kind = words[2]
+            rest = words[3:]
+            for i, w in enumerate(rest):
+                if w.startswith("--"):
+                    nxt = rest[i + 1] if i + 1 < len(rest) else ""
+                    options[w[2:]] = "" if nxt.startswith("--") else nxt
+        return cls(name, kind, options)
+
+
+class Planner:
+    """Plans the stages of one project: params, benchmarks and their datasets, read once."""
+
+    def __init__(
+        self, root: Path, params: Params, changed: Sequence[str], seconds_per_request: float | None
+    ) -> None:
+        self.root = root
+        self.params = params
+        self.changed = set(changed)
+        self.seconds_per_request = seconds_per_request
+        self._datasets: dict[str, list[Any]] = {}
+
+    def _bench(self, name: str) -> AnyBenchmark:
+        from pipeline.core import registry
+
+        return registry.get(name)
+
+    def _path(self, p: str) -> Path:
+        q = Path(p)
+        return q if q.is_absolute() else self.root / q
+
+    def _dataset(self, bench: AnyBenchmark, path: str) -> list[Any]:
+        if path not in self._datasets:
+            full = self._path(path)
+            if not full.exists():
+                raise DataError(
+                    f"the dataset is not built yet: run `dvc repro {bench.name}-construct` first"
+                    " (the default construction calls no model), then plan",
+                    file=path,
+                )
+            self._datasets[path] = read_dataset(bench, full)
+        return self._datasets[path]
+
+    def _ctx(self, bench: AnyBenchmark, data: str) -> Context[Any]:
+        return context(bench, self.params, self.root, self._path(data) if data else "")
+
+    def plan(self, cmd: StageCmd) -> StagePlan:
+        o = cmd.options
+        if cmd.kind == "generate":
+            return self.generate(
+                cmd.name, o["benchmark"], o["model"], o["dataset"], o.get("data", "")
+            )
+        if cmd.kind == "judge":
+            return self.judge(cmd, o["benchmark"], o["model"], o["judge"])
+        plan = StagePlan(cmd.name, "other", benchmark=o.get("benchmark"))
+        llms = configured_llms(self.params.raw_section(o.get("benchmark", "")))
+        if cmd.kind == "construct" and llms:
+            plan.notes.append(f"not planned: construction through {', '.join(llms)}")
+        return plan
+
+    def _planned_generations(
+        self, bench: AnyBenchmark, model: str, spec: OpenAIModel, dataset_path: str, data: str
+    ) -> list[Any]:
+        ctx = self._ctx(bench, data)
+        return bench.plan_generations(ctx, model, spec, self._dataset(bench, dataset_path))
+
+    def generate(
+        self, stage: str, benchmark: str, model: str, dataset_path: str, data: str
+    ) -> StagePlan:
+        spec = self.params.models[model]
+        plan = StagePlan(stage, "generate", benchmark, model, provider=spec.provider)
+        if not isinstance(spec, OpenAIModel):
+            return plan
+        planned = self._planned_generations(self._bench(benchmark), model, spec, dataset_path, data)
+        out = self._path(f"generations/{benchmark}/{model}.jsonl")
+        return fill(
+            plan,
+            spec.endpoint(),
+            [Built(p.request) for p in planned],
+            self.root,
+            generate_stage(benchmark, model),
+            measured(usage_path(out)),
+            self.seconds_per_request,
+        )
+
+    def _generations(
+        self, cmd: StageCmd, plan: StagePlan
+    ) -> tuple[list[Generation], dict[str, int]]:
+        """The outputs a judge stage will judge, and the estimated tokens of each stand-in (by
+        generation id): the file when it exists and its generate stage is not about to remake
+        it; else, for an LLM, the answers the response cache already holds and stand-ins for the
+        others (one per planned request); a no-model provider's outputs are made here, as its
+        stage makes them."""
+        o = cmd.options
+        benchmark, model = o["benchmark"], o["model"]
+        path = self._path(o["generations"])
+        remade = generate_stage(benchmark, model) in self.changed
+        if path.exists() and not remade:
+            return read_jsonl(path, Generation), {}
+        bench = self._bench(benchmark)
+        spec = self.params.models[model]
+        if not isinstance(spec, OpenAIModel):
+            ctx = self._ctx(bench, o.get("data", ""))
+            gens = bench.offline_generations(ctx, model, spec, self._dataset(bench, o["dataset"]))
+            plan.notes.append(f"{model}'s outputs made here (no model call)")
+            return gens, {}
+        planned = self._planned_generations(bench, model, spec, o["dataset"], o.get("data", ""))
+        endpoint = spec.endpoint()
+        keys = [cache_key(endpoint, p.request) for p in planned]
+        cached = cached_answers(self.root, generate_stage(benchmark, model), keys)
+        m = measured(usage_path(path))
+        length = round(m.mean_output) if m and m.mean_output is not None else spec.max_tokens
+        gens, extra = [], {}
+        for p, k in zip(planned, keys, strict=True):
+            text = cached.get(k)
+            g = Generation(
+                benchmark=bench.name,
+                item_id=p.item_id,
+                model=model,
+                system=p.system,
+                setting=p.setting,
+                sample=p.sample,
+                # an empty cached answer is a failed generation: not judged
+                status="ok" if text is None or text.strip() else "error",
+                text=text or "",
+                meta=dict(p.meta),
+            )
+            if text is None:
+                extra[g.generation_id] = length
+            gens.append(g)
+        if extra:
+            plan.estimated = True
+            plan.notes.append(
+                f"estimated: {len(extra)} of {model}'s {len(gens)} outputs do not exist yet; each"
+                f" counted as {length} tokens"
+                + (" (its mean in an earlier run)" if m else " (its max_tokens: an upper bound)")
+            )
+        return gens, extra
+
+    def judge(self, cmd: StageCmd, benchmark: str, model: str, judge: str) -> StagePlan:
+        spec = self.params.judges[judge]
+        plan = StagePlan(cmd.name, "judge", benchmark, model, judge, provider=spec.provider)
+        if not isinstance(spec, OpenAIJudge):
+            return plan
+        if not applies(self.params, model, judge):
+            plan.notes.append("a replayed judge: nothing to judge for this model")
+            return plan
+        bench = self._bench(benchmark)
+        gens, extra = self._generations(cmd, plan)
+        ctx = self._ctx(bench, cmd.options.get("data", ""))
+        items = bench.items(self._dataset(bench, cmd.options["dataset"]))
+        todo = [g for g in gens if g.status == "ok" and g.item_id in items]
+        built = self._judge_requests(bench, ctx, judge, spec, items, todo, extra)
+        out = self._path(f"judgements/{benchmark}/{model}/{judge}.jsonl")
+        plan.notes.append("repairs of unusable answers not counted (at most one per answer)")
+        return fill(
+            plan,
+            spec.endpoint(),
+            built,
+            self.root,
+            judge_stage(benchmark, model, judge),
+            measured(usage_path(out)),
+            self.seconds_per_request,
+        )
+
+    @staticmethod
+    def _judge_requests(
+        bench: AnyBenchmark,
+        ctx: Context[Any],
+        judge: str,
+        spec: OpenAIJudge,
+        items: Any,
+        gens: Sequence[Generation],
+        extra: dict[str, int],
+    ) -> list[Built]:
+        """The judge's requests, as its stage builds them (each with its stand-in's tokens)."""
+        tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
+        out = []
+        for t in tasks:
+            gid = t.generation.generation_id
+            standin = gid if gid in extra else None
+            out += [Built(a.request, extra.get(gid, 0), standin) for a in t.asks]
+        return out
+
+    def agreement_plans(self, stage: str, benchmark: str, labels: str) -> list[StagePlan]:
+        """One plan per LLM judge of the section: it scores the labelled outputs (the first N the
+        benchmark's cap allows); the other judges call no model."""
+        from pipeline.stages.agreement import capability, llm_labelled
+
+        bench = self._bench(benchmark)
+        ag = capability(bench)
+        ctx = self._ctx(bench, "")
+        labelled = ag.load(ctx, ctx.inputs.json(labels), labels)
+        items, gens = ag.to_judge(labelled)
+        llm_gens = llm_labelled(bench, ctx, gens)
+        plans = []
+        for name in ctx.section.judges:
+            spec = self.params.judges[name]
+            plan = StagePlan(stage, "agreement", benchmark, None, name, provider=spec.provider)
+            if isinstance(spec, OpenAIJudge):
+                plan.notes.append(f"{len(llm_gens)} of {len(gens)} labelled outputs")
+                built = self._judge_requests(bench, ctx, name, spec, items, llm_gens, {})
+                stage_llm = agreement_stage(benchmark, name)
+                fill(
+                    plan,
+                    spec.endpoint(),
+                    built,
+                    self.root,
+                    stage_llm,
+                    None,
+                    self.seconds_per_request,
+                )
+            elif isinstance(spec, PublishedJudge):
+                plan.notes.append("released predictions (no model)")
+            plans.append(plan)
+        return plans
+
+    def stage_plans(self, cmd: StageCmd) -> list[StagePlan]:
+        if cmd.kind == "agreement":
+            return self.agreement_plans(cmd.name, cmd.options["benchmark"], cmd.options["labels"])
+        return [self.plan(cmd)]
+
+
+# ---------------------------------------------------------------- DVC
+
+
+def changed_stages(root: Path, targets: Sequence[str] = ()) -> list[StageCmd]:
+    """The stages `dvc status` reports changed (what `dvc repro` runs first), in dvc.yaml's
+    order, with their commands."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        status = repo.status(targets=list(targets) or None)
+        out = []
+        for stage in repo.index.stages:
+            name = getattr(stage, "addressing", None) or stage.name
+            if name in status and stage.cmd:
+                out.append(StageCmd.parse(name, stage.cmd))
+    return out
+
+
+@dataclass
+class Plan:
+    stages: list[str]
+    rows: list[StagePlan]
+    notes: list[str]
+
+    def totals(self) -> dict[str, Any]:
+        known = [r.time_s for r in self.rows if r.time_s is not None]
+        est = [r for r in self.rows if r.requests]
+        return {
+            "requests": sum(r.requests for r in self.rows),
+            "cache_hits": sum(r.cache_hits for r in self.rows),
+            "prompt_tokens": sum(r.prompt_tokens for r in self.rows),
+            "completion_tokens_max": sum(r.completion_tokens_max for r in self.rows),
+            "cost_usd_max": round(sum(r.cost_usd_max for r in self.rows), 6),
+            # stages run one after another (DVC runs one stage at a time)
+            "time_s": None if any(r.time_s is None for r in est) else round(sum(known), 1),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stages": self.stages,
+            "rows": [r.row() for r in self.rows],
+            "totals": self.totals(),
+            "notes": self.notes,
+        }
+
+
+def make_plan(
+    root: Path,
+    params: Params,
+    stages: Iterable[StageCmd],
+    seconds_per_request: float | None = None,
+) -> Plan:
+    stages = list(stages)
+    planner = Planner(root, params, [s.name for s in stages], seconds_per_request)
+    rows = [row for s in stages for row in planner.stage_plans(s)]
+    notes = (
+        [
+            "dvc repro re-checks the stages downstream of each stage it runs: a remade dataset"
+            " whose content changes also re-runs the generate stages of that benchmark"
+        ]
+        if any(s.kind == "construct" for s in stages)
+        else []
+    )
+    return Plan([s.name for s in stages], rows, notes)
+
+
+def plan_project(
+    root: Path,
+    params: Params,
+    targets: Sequence[str] = (),
+    seconds_per_request: float | None = None,
+) -> Plan:
+    return make_plan(root, params, changed_stages(root, targets), seconds_per_request)
+
+
+# ---------------------------------------------------------------- output
+
+
+def _num(x: float | None, fmt: str = "{:,}") -> str:
+    return "?" if x is None else fmt.format(x)
+
+
+def render(plan: Plan) -> str:
+    """A plain table: one line per stage and judge, then the totals and notes."""
+    head = (
+        "stage",
+        "model",
+        "judge",
+        "requests",
+        "cached",
+        "prompt tok",
+        "compl. tok (max)",
+        "compl. tok (est)",
+        "$ (max)",
+        "$ (est)",
+        "time",
+        "",
+    )
+    lines = [head]
+    for r in plan.rows:
+        lines.append(
+            (
+                r.stage,
+                r.model or "-",
+                r.judge or "-",
+                f"{r.requests:,}",
+                f"{r.cache_hits:,}",
+                f"{r.prompt_tokens:,}",
+                f"{r.completion_tokens_max:,}",
+                "-" if not r.requests else _num(r.completion_tokens_est),
+                f"{r.cost_usd_max:.4f}",
+                "-" if not r.requests else _num(r.cost_usd_est, "{:.4f}"),
+                _num(r.time_s, "{:.0f} s"),
+                "estimated" if r.estimated else "",
+            )
+        )
+    t = plan.totals()
+    lines.append(
+        (
+            "total",
+            "",
+            "",
+            f"{t['requests']:,}",
+            f"{t['cache_hits']:,}",
+            f"{t['prompt_tokens']:,}",
+            f"{t['completion_tokens_max']:,}",
+            "",
+            f"{t['cost_usd_max']:.4f}",
+            "",
+            _num(t["time_s"], "{:.0f} s"),
+            "",
+        )
+    )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    out = [
+        "  ".join(
+            c.ljust(w) if i < 3 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in lines
+    ]
+    if not plan.rows:
+        out = ["dvc status: every stage is up to date; dvc repro would run nothing"]
+    for r in plan.rows:
+        for n in r.notes:
+            out.append(
+                f"  {r.stage}{'/' + r.judge if r.kind == 'agreement' and r.judge else ''}: {n}"
+            )
+        if r.requests:
+            who = f"{r.stage}/{r.judge}" if r.kind == "agreement" else r.stage
+            known = r.time_s is not None
+            out.append(f"  {who}: time {'from ' if known else ''}{r.time_basis}")
+    out += [f"note: {n}" for n in plan.notes]
+    out.append("nothing was sent; prompt tokens in cl100k_base (message contents)")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- dvc repro --dry
+
+
+def dvc_dry_run(root: Path, targets: Sequence[str] = ()) -> int:
+    """`dvc repro --dry [TARGETS]` that works on a project whose stages have yet to make the
+    inputs of others. DVC's dry run looks each changed stage up in its run cache, which hashes
+    every dependency and fails on one that does not exist yet (treeverse/dvc#9818, open): here
+    a stage with a missing dependency is simply not looked up (it cannot be in the run cache),
+    which is what DVC's own check does for dependencies it cannot hash."""
+    import os
+
+    import dvc.stage.cache as run_cache
+    from dvc.cli import main as dvc_main
+
+    can_hash = run_cache._can_hash
+
+    def _can_hash(stage: Any) -> bool:
+        if any(d.protocol == "local" and not d.exists for d in stage.deps):
+            return False
+        return bool(can_hash(stage))
+
+    run_cache._can_hash = _can_hash
+    cwd = Path.cwd()
+    dvc_log = logging.getLogger("dvc")
+    propagate, dvc_log.propagate = dvc_log.propagate, False  # DVC prints its own log
+    try:
+        os.chdir(root)
+        return int(dvc_main(["repro", "--dry", *targets]))
+    finally:
+        os.chdir(cwd)
+        run_cache._can_hash = can_hash
+        dvc_log.propagate = propagate
