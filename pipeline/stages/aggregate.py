@@ -180,7 +180,7 @@ def aggregate(
             specs.append(
                 run_spec(bench, params, row, lineage=lineage, metrics=metrics, dataset=dataset_ref)
             )
-        report = sync(bench.name, specs, root)
+        report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
 
@@ -267,10 +267,13 @@ def summary_lines(summary: Sequence[Mapping[str, Any]]) -> list[str]:
 def log_sync(experiment: str, report: SyncReport) -> None:
     log.info(
         "mlflow %s: %d runs created, %d unchanged (skipped), %d superseded, %d with plots"
-        " re-logged",
+        " re-logged, %d retired (rows no longer produced), %d healed (a stopped sync's"
+        " duplicates)",
         experiment,
         report.created,
         report.skipped,
         report.superseded,
         report.refreshed,
+        report.retired,
+        report.healed + report.deduplicated,
     )

@@ -171,4 +171,4 @@ def log_runs(
         run_spec(bench, ctx.params, dataclasses.replace(row, plots=plot), lineage=lineage)
         for row in capability(bench).run_rows(ctx, rows)
     ]
-    log_sync(EXPERIMENT, sync(EXPERIMENT, specs, root))
+    log_sync(EXPERIMENT, sync(EXPERIMENT, specs, root, producer=stage))

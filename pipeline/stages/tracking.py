@@ -13,6 +13,29 @@ the later is deleted; with different results, the later stays current and the ea
 superseded. Every sync applies the same rule to what it sees, and the last one to write sees
 every run, so the store converges to one current run per row. Syncs into one SQLite file are
 also serialised by a lock beside it (and MLflow's first migration of a fresh file with them).
+
+What a row's result is: its fingerprint hashes its metrics and its provenance tags (the dataset
+digest, the benchmark and its version, the row's own model and judge entries and prompt hashes,
+the image recipe, the row's own tags), not its bookkeeping (`_VOLATILE`: the DVC stage digests,
+which change when an unrelated model's entry or a stage's code changes, the git commit, the
+lfbench version, the data folder's digest, where it ran). A row whose bookkeeping alone changed
+keeps its run; the new values are recorded as `<tag>.latest`. A run logged under an older
+fingerprint rule is recognised from its stored metrics and tags, and re-tagged, not re-made.
+
+Which runs are current: every run carries the stage that produced it (`lfbench.producer`, e.g.
+`summhay-aggregate`, `summhay-agreement`) and the workspace that last made or confirmed it
+(`lfbench.workspace`: `$LFBENCH_WORKSPACE`, else a random id kept in `.lfbench/workspace`). A
+sync is one producer's complete output in one workspace, so after it, of that producer's current
+runs owned by this workspace, exactly the rows it was given stay current; the others (a model
+removed from params, a slice changed) are retired: `lfbench.current=false`,
+`lfbench.retired=true`, `lfbench.superseded_by=none`. Runs of another producer (the agreement
+stage shares its experiment between benchmarks) or owned by another workspace (a teammate's
+models in a shared store, another queued experiment) are never retired: their own syncs decide.
+A row both produce belongs to the last that synced it. Runs logged before these tags existed are
+adopted by the first sync that confirms them, and never retired otherwise.
+
+Every sync, even one that creates nothing, converges the rows it was given: a sync killed
+between making a new run current and superseding the old one is healed by the next.
 """
 
 from __future__ import annotations
@@ -25,6 +48,7 @@ import logging
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +62,20 @@ log = logging.getLogger(__name__)
 CURRENT = "lfbench.current"
 ROW_KEY = "lfbench.row_key"
 FINGERPRINT = "lfbench.fingerprint"
-# Lineage that may change without changing what a result means (re-tagged, not re-logged).
-_VOLATILE = ("git.commit", "git.dirty")
+PRODUCER = "lfbench.producer"
+WORKSPACE = "lfbench.workspace"
+RETIRED = "lfbench.retired"
+SUPERSEDED_BY = "lfbench.superseded_by"
+# Bookkeeping: lineage that may change without changing what a result is (re-tagged as
+# `<tag>.latest`, not re-logged). Also every `dvc.*md5` tag (see `bookkeeping`).
+_VOLATILE = (
+    "git.commit",
+    "git.dirty",
+    "lfbench.version",
+    "data.digest",
+    "runtime",
+    "image.digest",
+)
 # Digests of artifacts drawn from several rows (a system's plot across settings): when one
 # changes without the run's own result changing, the artifacts are re-logged into the same run.
 _REFRESHED = ("lfbench.plots_sha",)
@@ -62,6 +98,9 @@ class SyncReport:
     retagged: int = 0
     refreshed: int = 0
     deduplicated: int = 0  # another sync's identical run of the same row, made at the same time
+    healed: int = 0  # an older current run of a row with another result, superseded late
+    retired: int = 0  # current runs of this producer and workspace whose row is not produced
+    adopted: int = 0  # unchanged runs last confirmed by another workspace (or untagged)
 
 
 @contextlib.contextmanager
@@ -146,8 +185,9 @@ def _open(root: Path, experiment: str) -> tuple[Any, str]:
     ) from last
 
 
-def _current_runs(client: Any, experiment_id: str) -> dict[str, Any]:
-    runs: dict[str, Any] = {}
+def _current_runs(client: Any, experiment_id: str) -> list[Any]:
+    """Every current run of the experiment (one search, paged)."""
+    runs: list[Any] = []
     token = None
     while True:
         page = client.search_runs(
@@ -156,17 +196,67 @@ def _current_runs(client: Any, experiment_id: str) -> dict[str, Any]:
             max_results=1000,
             page_token=token,
         )
-        for run in page:
-            runs[run.data.tags.get(ROW_KEY, "")] = run
+        runs.extend(page)
         token = page.token
         if not token:
             return runs
 
 
+def bookkeeping(tag: str) -> bool:
+    """A tag that records where and when a row was made, not what it is (kept out of the
+    fingerprint): `_VOLATILE`, every DVC stage digest (`dvc.stage_md5`, `dvc.*_stage_md5`) and
+    the `.latest` values recorded for them."""
+    return (
+        tag in _VOLATILE
+        or (tag.startswith("dvc.") and tag.endswith("md5"))
+        or tag.endswith(".latest")
+    )
+
+
 def fingerprint(metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
-    stable = {k: v for k, v in tags.items() if k not in _VOLATILE and k not in _REFRESHED}
-    blob = canonical_json({"metrics": dict(metrics), "tags": stable})
+    """What a row's result is: its metrics and its provenance tags (not its bookkeeping)."""
+    stable = {k: v for k, v in tags.items() if not bookkeeping(k) and k not in _REFRESHED}
+    numbers = {k: float(v) for k, v in metrics.items()}
+    blob = canonical_json({"metrics": numbers, "tags": stable})
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def stored_fingerprint(run: Any) -> str:
+    """The fingerprint of a logged run, recomputed from its stored metrics and tags (the tags
+    sync adds, `lfbench.*` and `mlflow.*`, left out: no spec tag of lfbench's is both of those
+    and part of the fingerprint). Recognises a run logged under an older fingerprint rule."""
+    tags = {k: v for k, v in run.data.tags.items() if not k.startswith(("lfbench.", "mlflow."))}
+    return fingerprint(run.data.metrics, tags)
+
+
+def workspace_id(root: Path) -> str:
+    """This workspace's name in the runs it owns: `$LFBENCH_WORKSPACE`, else a random id made
+    once and kept in `.lfbench/workspace` (not in git: each clone, and each scratch copy of a
+    queued experiment, is its own workspace)."""
+    env = os.environ.get("LFBENCH_WORKSPACE")
+    if env:
+        return env
+    path = root / ".lfbench" / "workspace"
+    if path.exists():
+        text = path.read_text(encoding="utf-8").strip()
+        if text:
+            return text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = uuid.uuid4().hex[:16]
+    # written whole, then linked into place: two stages starting at once agree on one id
+    tmp = path.with_name(f".workspace.{made}")
+    tmp.write_text(made + "\n", encoding="utf-8")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        made = path.read_text(encoding="utf-8").strip()
+    finally:
+        tmp.unlink()
+    if not made:
+        raise RuntimeError(
+            f"{path}: empty; delete it (a new workspace id is made) or set LFBENCH_WORKSPACE"
+        )
+    return made
 
 
 @dataclass(frozen=True)
@@ -192,37 +282,63 @@ class RunSpec:
     dataset: DatasetRef | None = None
 
 
-def sync(experiment: str, specs: Sequence[RunSpec], root: Path) -> SyncReport:
-    """Make the experiment's current runs match `specs` (create, skip or supersede)."""
+def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str) -> SyncReport:
+    """Make the experiment's current runs of `producer` in this workspace match `specs` (create,
+    skip or supersede; retire the rows it no longer produces; heal what a killed sync left)."""
+    keys = [s.row_key for s in specs]
+    if len(set(keys)) != len(keys):
+        twice = sorted(k for k in set(keys) if keys.count(k) > 1)
+        raise ValueError(f"MLflow experiment {experiment}: {producer} gives rows twice: {twice}")
+    workspace = workspace_id(root)
     with _store_lock(tracking_uri(root)):
         client, exp_id = _open(root, experiment)
-        report = _sync(client, exp_id, specs)
-        touched = {s.row_key for s in specs}
+        current = _current_runs(client, exp_id)
+        report = _sync(client, exp_id, specs, current, producer, workspace)
         if report.created:
-            report.deduplicated = _converge(client, exp_id, touched)
+            current = _current_runs(client, exp_id)  # ours and any concurrent sync's
+        touched = set(keys)
+        report.deduplicated, report.healed = _converge(client, current, touched)
+        report.retired = _retire(client, current, touched, producer, workspace)
     return report
 
 
-def _sync(client: Any, exp_id: str, specs: Sequence[RunSpec]) -> SyncReport:
+def _sync(
+    client: Any,
+    exp_id: str,
+    specs: Sequence[RunSpec],
+    current: Sequence[Any],
+    producer: str,
+    workspace: str,
+) -> SyncReport:
     from mlflow.entities import Metric, Param, RunTag
 
-    current = _current_runs(client, exp_id)
+    by_row: dict[str, list[Any]] = {}
+    for run in current:
+        by_row.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
     report = SyncReport()
     for spec in specs:
         fp = fingerprint(spec.metrics, spec.tags)
-        old = current.get(spec.row_key)
-        if old is not None and old.data.tags.get(FINGERPRINT) == fp:
-            stale = {
-                k: spec.tags[k]
-                for k in _VOLATILE
-                if k in spec.tags and old.data.tags.get(k) != spec.tags[k]
+        old, same = _match(by_row.get(spec.row_key, []), fp)
+        if old is not None and same:
+            recorded = old.data.tags
+            updates = {
+                f"{k}.latest": v
+                for k, v in spec.tags.items()
+                if bookkeeping(k) and recorded.get(f"{k}.latest", recorded.get(k, v)) != v
             }
-            if stale:
-                # Same result, newer commit: record where it was last re-made.
-                client.log_batch(
-                    old.info.run_id, tags=[RunTag(f"{k}.latest", v) for k, v in stale.items()]
-                )
+            if updates:
                 report.retagged += 1
+            if old.data.tags.get(FINGERPRINT) != fp:  # logged under an older fingerprint rule
+                updates[FINGERPRINT] = fp
+            owner = {PRODUCER: producer, WORKSPACE: workspace}
+            if any(old.data.tags.get(k) != v for k, v in owner.items()):
+                updates |= owner
+                report.adopted += 1
+            if updates:
+                # Same result: record where it was last re-made, and who owns it now.
+                client.log_batch(
+                    old.info.run_id, tags=[RunTag(k, v) for k, v in sorted(updates.items())]
+                )
             refresh = {
                 k: spec.tags[k]
                 for k in _REFRESHED
@@ -240,6 +356,8 @@ def _sync(client: Any, exp_id: str, specs: Sequence[RunSpec]) -> SyncReport:
             **spec.tags,
             ROW_KEY: spec.row_key,
             FINGERPRINT: fp,
+            PRODUCER: producer,
+            WORKSPACE: workspace,
             CURRENT: "pending",  # "true" once complete: a crash leaves no half-made current run
             "mlflow.runName": spec.name,
         }
@@ -266,11 +384,23 @@ def _sync(client: Any, exp_id: str, specs: Sequence[RunSpec]) -> SyncReport:
         client.set_terminated(run_id, "FINISHED")
         client.set_tag(run_id, CURRENT, "true")
         report.created += 1
-        if old is not None:
-            _set_tag(client, old.info.run_id, CURRENT, "false")
-            _set_tag(client, old.info.run_id, "lfbench.superseded_by", run_id)
+        for prior in by_row.get(spec.row_key, []):
+            _set_tag(client, prior.info.run_id, CURRENT, "false")
+            _set_tag(client, prior.info.run_id, SUPERSEDED_BY, run_id)
             report.superseded += 1
     return report
+
+
+def _match(runs: Sequence[Any], fp: str) -> tuple[Any | None, bool]:
+    """Of a row's current runs (one, or more after a killed or concurrent sync), the latest (the
+    one convergence keeps), and whether it has this result (its fingerprint tag, or recomputed
+    from its stored metrics and tags for a run logged under an older rule). An older current run
+    with this result does not count: convergence would supersede it by the latest."""
+    if not runs:
+        return None, False
+    latest = max(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+    same = latest.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(latest) == fp
+    return latest, same
 
 
 def _log_dataset(client: Any, run_id: str, ref: DatasetRef) -> None:
@@ -331,26 +461,16 @@ def _set_tag(client: Any, run_id: str, key: str, value: str) -> None:
     )
 
 
-def _converge(client: Any, exp_id: str, row_keys: set[str]) -> int:
+def _converge(client: Any, current: Sequence[Any], row_keys: set[str]) -> tuple[int, int]:
     """Leave one current run per row among `row_keys` (the rule in the module docstring);
-    returns how many identical duplicates were deleted."""
+    returns how many identical duplicates were deleted and how many runs with another result
+    were superseded."""
     groups: dict[str, list[Any]] = {}
-    token = None
-    while True:
-        page = client.search_runs(
-            [exp_id],
-            filter_string=f"tags.`{CURRENT}` = 'true'",
-            max_results=1000,
-            page_token=token,
-        )
-        for run in page:
-            key = run.data.tags.get(ROW_KEY, "")
-            if key in row_keys:
-                groups.setdefault(key, []).append(run)
-        token = page.token
-        if not token:
-            break
-    deleted = 0
+    for run in current:
+        key = run.data.tags.get(ROW_KEY, "")
+        if key in row_keys:
+            groups.setdefault(key, []).append(run)
+    deleted = superseded = 0
     for key, runs in groups.items():
         if len(runs) < 2:
             continue
@@ -366,14 +486,38 @@ def _converge(client: Any, exp_id: str, row_keys: set[str]) -> int:
             keep = runs[-1]
             for r in runs[:-1]:
                 _set_tag(client, r.info.run_id, CURRENT, "false")
-                _set_tag(client, r.info.run_id, "lfbench.superseded_by", keep.info.run_id)
+                _set_tag(client, r.info.run_id, SUPERSEDED_BY, keep.info.run_id)
+                superseded += 1
         log.info(
-            "row %s: %d current runs made at once by concurrent syncs; kept %s",
+            "row %s: %d current runs (concurrent syncs, or a sync that stopped half-way); kept %s",
             key,
             len(runs),
             keep.info.run_id,
         )
-    return deleted
+    return deleted, superseded
+
+
+def _retire(
+    client: Any, current: Sequence[Any], row_keys: set[str], producer: str, workspace: str
+) -> int:
+    """Mark not current the runs of `producer` owned by this workspace whose row is not among
+    `row_keys` (this sync's complete output): their row is no longer produced here."""
+    retired = 0
+    for run in current:
+        tags = run.data.tags
+        if tags.get(ROW_KEY, "") in row_keys:
+            continue
+        if tags.get(PRODUCER) != producer or tags.get(WORKSPACE) != workspace:
+            continue
+        run_id = run.info.run_id
+        _set_tag(client, run_id, RETIRED, "true")
+        _set_tag(client, run_id, SUPERSEDED_BY, "none")
+        _set_tag(client, run_id, CURRENT, "false")
+        log.info(
+            "row %s: no longer produced by %s; run %s retired", tags.get(ROW_KEY), producer, run_id
+        )
+        retired += 1
+    return retired
 
 
 def _log_artifacts(

@@ -36,7 +36,7 @@ def test_plots_are_relogged_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from mlflow.tracking import MlflowClient
 
-    first = sync("t", [_spec(b"one")], tmp_path)
+    first = sync("t", [_spec(b"one")], tmp_path, producer="p")
     assert (first.created, first.skipped) == (1, 0)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("t")
@@ -47,15 +47,15 @@ def test_plots_are_relogged_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyP
         return Path(client.download_artifacts(run_id, "plots/a.png", str(tmp_path))).read_bytes()
 
     assert plot(run.info.run_id) == b"one"
-    same = sync("t", [_spec(b"one")], tmp_path)
+    same = sync("t", [_spec(b"one")], tmp_path, producer="p")
     assert (same.created, same.skipped, same.refreshed) == (0, 1, 0)
 
-    redrawn = sync("t", [_spec(b"two")], tmp_path)
+    redrawn = sync("t", [_spec(b"two")], tmp_path, producer="p")
     assert (redrawn.created, redrawn.skipped, redrawn.refreshed) == (0, 1, 1)
     (again,) = client.search_runs([exp.experiment_id])
     assert again.info.run_id == run.info.run_id and plot(run.info.run_id) == b"two"
 
-    changed = sync("t", [_spec(b"two", joint=2.0)], tmp_path)
+    changed = sync("t", [_spec(b"two", joint=2.0)], tmp_path, producer="p")
     assert (changed.created, changed.superseded) == (1, 1)
 
 
@@ -76,7 +76,7 @@ _SYNC = textwrap.dedent(
     ]
     while time.time() < start:  # both start at the same moment
         time.sleep(0.001)
-    print(sync("t", specs, root))
+    print(sync("t", specs, root, producer="t-aggregate"))
     """
 )
 
@@ -232,3 +232,269 @@ def test_a_dataset_inserted_by_a_concurrent_sync_is_linked(
     for rid in (mine, theirs):
         (only,) = real.get_run(rid).inputs.dataset_inputs
         assert (only.dataset.name, only.dataset.digest) == (ref.name, ref.digest[:36])
+
+
+# ---------------------------------------------------------------- identity, retirement, healing
+
+
+def _row(key: str, joint: float = 1.0, model: str = "m1", **tags: str) -> RunSpec:
+    """A row with the lineage an aggregate gives it: provenance and bookkeeping tags."""
+    lineage = {
+        "benchmark": "b",
+        "benchmark.version": "1",
+        "model.entry": model,
+        "judge.name": "j",
+        "judge.prompt_sha": "p1",
+        "model.prompt_sha": "g1",
+        "dataset.digest": "d1",
+        "image.recipe": "r1",
+        "dvc.stage": f"b-judge@{model}-j",
+        "dvc.stage_md5": "s1",
+        "dvc.generate_stage_md5": "g1",
+        "dvc.construct_stage_md5": "c1",
+        "git.commit": "commit1",
+        "git.dirty": "false",
+        "lfbench.version": "0.1",
+        "data.digest": "dd1",
+        "runtime": "local",
+        "image.digest": "none",
+    }
+    return RunSpec(
+        row_key=key,
+        name=key,
+        metrics={"joint": joint},
+        params={"model": model},
+        tags=lineage | tags,
+        artifacts={"row.json": {"joint": joint}},
+    )
+
+
+def _client(root: Path) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
+
+
+def _current_ids(client: Any, name: str = "t") -> dict[str, str]:
+    """row key -> run id of its current run (one per row: checked)."""
+    exp = client.get_experiment_by_name(name)
+    runs = client.search_runs(
+        [exp.experiment_id], "tags.`lfbench.current` = 'true'", max_results=5000
+    )
+    ids = {r.data.tags["lfbench.row_key"]: r.info.run_id for r in runs}
+    assert len(ids) == len(runs), Counter(r.data.tags["lfbench.row_key"] for r in runs)
+    return ids
+
+
+def _counts(report: Any) -> tuple[int, int, int]:
+    return report.created, report.skipped, report.superseded
+
+
+def test_bookkeeping_alone_keeps_the_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose DVC stage digests, commit, lfbench version, data digest or runtime changed
+    (an unrelated model's entry changed the construct stage's md5) keeps its run; the new
+    values are recorded as `<tag>.latest`. A metric or a provenance tag makes a new run."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = _client(tmp_path)
+    rows = ("r0", "r1", "r2")
+    first = sync("t", [_row(k) for k in rows], tmp_path, producer="b-aggregate")
+    assert _counts(first) == (3, 0, 0)
+    before = _current_ids(client)
+
+    moved = {
+        "dvc.stage_md5": "s2",
+        "dvc.generate_stage_md5": "g2",
+        "dvc.construct_stage_md5": "c2",
+        "git.commit": "commit2",
+        "git.dirty": "true",
+        "lfbench.version": "0.2",
+        "data.digest": "dd2",
+        "runtime": "docker",
+        "image.digest": "sha256:x",
+    }
+    again = sync("t", [_row(k, **moved) for k in rows], tmp_path, producer="b-aggregate")
+    assert _counts(again) == (0, 3, 0) and again.retagged == 3
+    assert _current_ids(client) == before
+    tags = client.get_run(before["r1"]).data.tags
+    assert tags["dvc.construct_stage_md5"] == "c1"  # as made
+    assert tags["dvc.construct_stage_md5.latest"] == "c2"  # as last re-made
+    assert tags["git.commit.latest"] == "commit2"
+    # the same bookkeeping once more: nothing to write
+    same = sync("t", [_row(k, **moved) for k in rows], tmp_path, producer="b-aggregate")
+    assert _counts(same) == (0, 3, 0) and same.retagged == 0
+
+    metric = sync(
+        "t",
+        [_row("r0", joint=2.0, **moved), *(_row(k, **moved) for k in rows[1:])],
+        tmp_path,
+        producer="b-aggregate",
+    )
+    assert _counts(metric) == (1, 2, 1)
+    after = _current_ids(client)
+    assert after["r0"] != before["r0"] and {k: after[k] for k in rows[1:]} == {
+        k: before[k] for k in rows[1:]
+    }
+    old = client.get_run(before["r0"]).data.tags
+    assert (old["lfbench.current"], old["lfbench.superseded_by"]) == ("false", after["r0"])
+
+    prompt = sync(
+        "t",
+        [
+            _row("r0", joint=2.0, **moved),
+            _row("r1", **moved, **{"judge.prompt_sha": "p2"}),
+            _row("r2", **moved),
+        ],
+        tmp_path,
+        producer="b-aggregate",
+    )
+    assert _counts(prompt) == (1, 2, 1)
+    print(
+        "bookkeeping:",
+        [_counts(r) for r in (first, again, same, metric, prompt)],
+        "(created, skipped, superseded)",
+    )
+
+
+def test_a_run_of_an_older_fingerprint_rule_is_adopted_not_remade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store filled before provenance and bookkeeping were told apart: its runs' fingerprint
+    tags hash the bookkeeping too, and they carry no producer or workspace. Recognised from
+    their stored metrics and tags, re-tagged, kept."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from pipeline.stages import tracking
+
+    client = _client(tmp_path)
+    sync("t", [_row("r0"), _row("r1")], tmp_path, producer="b-aggregate")
+    before = _current_ids(client)
+    for run_id in before.values():  # as the previous version logged it
+        client.set_tag(run_id, tracking.FINGERPRINT, "0123456789abcdef")
+        client.delete_tag(run_id, tracking.PRODUCER)
+        client.delete_tag(run_id, tracking.WORKSPACE)
+    again = sync(
+        "t", [_row("r0", **{"dvc.stage_md5": "s9"}), _row("r1")], tmp_path, producer="b-aggregate"
+    )
+    assert _counts(again) == (0, 2, 0) and again.adopted == 2
+    assert _current_ids(client) == before
+    tags = client.get_run(before["r0"]).data.tags
+    assert tags[tracking.FINGERPRINT] == tracking.fingerprint({"joint": 1.0}, _row("r0").tags)
+    assert tags[tracking.PRODUCER] == "b-aggregate" and tags[tracking.WORKSPACE]
+
+
+def test_rows_no_longer_produced_are_retired_in_their_workspace_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After each sync, exactly the rows it was given are current among its producer's runs in
+    its workspace; another producer's runs (the agreement stage in the same experiment) and
+    another workspace's (a teammate's models in a shared store) are left to their own syncs."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = _client(tmp_path)
+
+    def as_(ws: str, producer: str, specs: list[RunSpec]) -> Any:
+        monkeypatch.setenv("LFBENCH_WORKSPACE", ws)
+        return sync("t", specs, tmp_path, producer=producer)
+
+    shared = [_row("shared-x", model="shared"), _row("shared-y", model="shared")]
+    a, b = _row("a-x", model="a"), _row("b-x", model="b")
+    agreement = _row("agree-j", model="none")
+    steps = {
+        "A syncs shared+a": as_("A", "b-aggregate", [*shared, a]),
+        "A's agreement": as_("A", "b-agreement", [agreement]),
+        "B syncs shared+b": as_("B", "b-aggregate", [*shared, b]),
+        "A syncs shared+a again": as_("A", "b-aggregate", [*shared, a]),
+    }
+    assert set(_current_ids(client)) == {"shared-x", "shared-y", "a-x", "b-x", "agree-j"}
+    assert [r.retired for r in steps.values()] == [0, 0, 0, 0]
+    assert steps["B syncs shared+b"].created == 1  # shared rows: B confirms A's runs
+    before = _current_ids(client)
+
+    # A drops its model a and one shared row (say, its slice changed): retired; B's row, the
+    # agreement row and the other shared row stay
+    steps["A drops a, shared-y"] = dropped = as_("A", "b-aggregate", [shared[0]])
+    assert (dropped.retired, dropped.created, dropped.superseded) == (2, 0, 0)
+    now = _current_ids(client)
+    assert set(now) == {"shared-x", "b-x", "agree-j"}
+    assert now == {k: before[k] for k in now}
+    gone = client.get_run(before["a-x"]).data.tags
+    assert (gone["lfbench.current"], gone["lfbench.retired"], gone["lfbench.superseded_by"]) == (
+        "false",
+        "true",
+        "none",
+    )
+    # an aggregate producing nothing in A: the agreement stage's run is another producer's
+    steps["A's aggregate: no rows"] = empty = as_("A", "b-aggregate", [])
+    assert empty.retired == 1  # shared-x, last confirmed by A
+    assert set(_current_ids(client)) == {"b-x", "agree-j"}
+    # B still produces shared-x and shared-y: its next sync makes them current again
+    steps["B syncs shared+b again"] = back = as_("B", "b-aggregate", [*shared, b])
+    assert (back.created, back.skipped, back.retired) == (2, 1, 0)
+    assert set(_current_ids(client)) == {"shared-x", "shared-y", "b-x", "agree-j"}
+    for name, r in steps.items():
+        print(
+            f"{name}: created {r.created}, skipped {r.skipped}, superseded {r.superseded},"
+            f" retired {r.retired}, adopted {r.adopted}"
+        )
+
+
+def test_a_sync_that_creates_nothing_heals_a_killed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync stopped between making a row's new run current and superseding the old one (the
+    fault injected in the real code path: the first write of `lfbench.current=false` fails)
+    leaves two current runs; the next sync, with the same rows, creates nothing and leaves one,
+    the new result's."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from pipeline.stages import tracking
+
+    client = _client(tmp_path)
+    rows = ("r0", "r1", "r2")
+    sync("t", [_row(k) for k in rows], tmp_path, producer="b-aggregate")
+    before = _current_ids(client)
+
+    real = tracking._set_tag
+    calls = {"n": 0}
+
+    def killed(c: Any, run_id: str, key: str, value: str) -> None:
+        if key == tracking.CURRENT and value == "false" and calls["n"] == 0:
+            calls["n"] += 1
+            raise KeyboardInterrupt("killed between the two writes")
+        real(c, run_id, key, value)
+
+    monkeypatch.setattr(tracking, "_set_tag", killed)
+    changed = [_row("r0", joint=2.0), *(_row(k) for k in rows[1:])]
+    with pytest.raises(KeyboardInterrupt):
+        sync("t", changed, tmp_path, producer="b-aggregate")
+    exp = client.get_experiment_by_name("t")
+    assert current_runs(client)["r0"] == 2, "the fault left two current runs"
+    monkeypatch.setattr(tracking, "_set_tag", real)
+
+    healed = sync("t", changed, tmp_path, producer="b-aggregate")
+    assert (healed.created, healed.skipped, healed.superseded, healed.healed) == (0, 3, 0, 1)
+    now = _current_ids(client)
+    assert set(now) == set(rows) and now["r0"] != before["r0"]
+    assert client.get_run(now["r0"]).data.metrics["joint"] == 2.0
+    old = client.get_run(before["r0"]).data.tags
+    assert (old["lfbench.current"], old["lfbench.superseded_by"]) == ("false", now["r0"])
+    assert len(client.search_runs([exp.experiment_id], max_results=100)) == 4
+
+    # the same kill, then the previous result comes back: the older current run has it, but
+    # convergence keeps the latest, so a new run is made and both others superseded
+    monkeypatch.setattr(tracking, "_set_tag", killed)
+    calls["n"] = 0
+    with pytest.raises(KeyboardInterrupt):
+        sync(
+            "t",
+            [_row("r0", joint=3.0), *(_row(k) for k in rows[1:])],
+            tmp_path,
+            producer="b-aggregate",
+        )
+    monkeypatch.setattr(tracking, "_set_tag", real)
+    reverted = sync("t", changed, tmp_path, producer="b-aggregate")
+    assert (reverted.created, reverted.superseded) == (1, 2)
+    final = _current_ids(client)
+    assert client.get_run(final["r0"]).data.metrics["joint"] == 2.0
+    print(
+        f"killed sync healed by: created {healed.created}, skipped {healed.skipped}, "
+        f"superseded {healed.superseded}, healed {healed.healed}; after a second kill and a "
+        f"revert: created {reverted.created}, superseded {reverted.superseded}"
+    )
