@@ -6,7 +6,8 @@ judge) pair of its section, writes what the benchmark returns, and logs each row
 every benchmark's runs carry: the model and judge entries and providers, their prompt hashes, the
 dataset digest, the DVC digests of the construct, generate and judge stages, git, data and
 runtime, the usage counters of the pair's stages, and the judge's kappa against people (from the
-agreement stage's metrics, when given).
+agreement stage's metrics, when given). Its runs are logged as the producer `<benchmark>-aggregate`:
+a row it no longer produces is retired (pipeline/stages/tracking.py).
 """
 
 from __future__ import annotations

@@ -510,6 +510,8 @@ def _retire(
         if tags.get(PRODUCER) != producer or tags.get(WORKSPACE) != workspace:
             continue
         run_id = run.info.run_id
+        if client.get_run(run_id).data.tags.get(CURRENT) != "true":
+            continue  # superseded by a concurrent sync meanwhile: its pointer stays
         _set_tag(client, run_id, RETIRED, "true")
         _set_tag(client, run_id, SUPERSEDED_BY, "none")
         _set_tag(client, run_id, CURRENT, "false")
