@@ -292,14 +292,20 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str
     workspace = workspace_id(root)
     with _store_lock(tracking_uri(root)):
         client, exp_id = _open(root, experiment)
-        current = _current_runs(client, exp_id)
+        current = _of(producer, _current_runs(client, exp_id))
         report = _sync(client, exp_id, specs, current, producer, workspace)
         if report.created:
-            current = _current_runs(client, exp_id)  # ours and any concurrent sync's
+            current = _of(producer, _current_runs(client, exp_id))  # and a concurrent sync's
         touched = set(keys)
         report.deduplicated, report.healed = _converge(client, current, touched)
         report.retired = _retire(client, current, touched, producer, workspace)
     return report
+
+
+def _of(producer: str, runs: Sequence[Any]) -> list[Any]:
+    """The runs of one producer (and those logged before runs named theirs): another stage's
+    row is never superseded, converged or retired by this one, whatever its key."""
+    return [r for r in runs if r.data.tags.get(PRODUCER, producer) == producer]
 
 
 def _sync(

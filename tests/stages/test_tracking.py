@@ -499,3 +499,17 @@ def test_a_sync_that_creates_nothing_heals_a_killed_one(
         f"superseded {healed.superseded}, healed {healed.healed}; after a second kill and a "
         f"revert: created {reverted.created}, superseded {reverted.superseded}"
     )
+
+
+def test_another_producers_row_of_the_same_key_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stages logging into one experiment (the agreement stages of several benchmarks):
+    a row key they both use is two rows, each current, neither superseding the other."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = _client(tmp_path)
+    one = sync("t", [_row("k", joint=1.0)], tmp_path, producer="x-agreement")
+    two = sync("t", [_row("k", joint=2.0)], tmp_path, producer="y-agreement")
+    again = sync("t", [_row("k", joint=1.0)], tmp_path, producer="x-agreement")
+    assert [_counts(r) for r in (one, two, again)] == [(1, 0, 0), (1, 0, 0), (0, 1, 0)]
+    assert current_runs(client)["k"] == 2
