@@ -268,13 +268,14 @@ def summary_lines(summary: Sequence[Mapping[str, Any]]) -> list[str]:
 def log_sync(experiment: str, report: SyncReport) -> None:
     log.info(
         "mlflow %s: %d runs created, %d unchanged (skipped), %d superseded, %d with plots"
-        " re-logged, %d retired (rows no longer produced), %d healed (a stopped sync's"
-        " duplicates)",
+        " re-logged, %d retired (rows no longer produced), %d revived, %d healed (a stopped"
+        " sync's duplicates)",
         experiment,
         report.created,
         report.skipped,
         report.superseded,
         report.refreshed,
         report.retired,
+        report.revived,
         report.healed + report.deduplicated,
     )

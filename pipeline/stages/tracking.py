@@ -31,8 +31,9 @@ removed from params, a slice changed) are retired: `lfbench.current=false`,
 `lfbench.retired=true`, `lfbench.superseded_by=none`. Runs of another producer (the agreement
 stage shares its experiment between benchmarks) or owned by another workspace (a teammate's
 models in a shared store, another queued experiment) are never retired: their own syncs decide.
-A row both produce belongs to the last that synced it. Runs logged before these tags existed are
-adopted by the first sync that confirms them, and never retired otherwise.
+A row both produce belongs to the last that synced it. A retired row produced again with the
+same result makes its retired run current again (same run id). Runs logged before these tags
+existed are adopted by the first sync that confirms them, and never retired otherwise.
 
 Every sync, even one that creates nothing, converges the rows it was given: a sync killed
 between making a new run current and superseding the old one is healed by the next.
@@ -101,6 +102,7 @@ class SyncReport:
     healed: int = 0  # an older current run of a row with another result, superseded late
     retired: int = 0  # current runs of this producer and workspace whose row is not produced
     adopted: int = 0  # unchanged runs last confirmed by another workspace (or untagged)
+    revived: int = 0  # retired runs whose row is produced again with the same result
 
 
 @contextlib.contextmanager
@@ -322,10 +324,17 @@ def _sync(
     for run in current:
         by_row.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
     report = SyncReport()
+    retired: dict[str, list[Any]] = {}
+    if any(s.row_key not in by_row for s in specs):  # a row back: is its retired run the same?
+        for run in _retired_runs(client, exp_id, producer):
+            retired.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
     for spec in specs:
         fp = fingerprint(spec.metrics, spec.tags)
         old, same = _match(by_row.get(spec.row_key, []), fp)
-        if old is not None and same:
+        revive = False
+        if old is None:
+            old, revive = _revivable(retired.get(spec.row_key, []), fp)
+        if old is not None and (same or revive):
             recorded = old.data.tags
             updates = {
                 f"{k}.latest": v
@@ -356,7 +365,14 @@ def _sync(
                 _log_artifacts(client, old.info.run_id, binary)
                 client.log_batch(old.info.run_id, tags=[RunTag(k, v) for k, v in refresh.items()])
                 report.refreshed += 1
-            report.skipped += 1
+            if revive:
+                # Its row is produced again with the same result: the retired run is current.
+                _set_tag(client, old.info.run_id, RETIRED, "false")
+                _delete_tag(client, old.info.run_id, SUPERSEDED_BY)
+                _set_tag(client, old.info.run_id, CURRENT, "true")
+                report.revived += 1
+            else:
+                report.skipped += 1
             continue
         tags = {
             **spec.tags,
@@ -395,6 +411,31 @@ def _sync(
             _set_tag(client, prior.info.run_id, SUPERSEDED_BY, run_id)
             report.superseded += 1
     return report
+
+
+def _retired_runs(client: Any, exp_id: str, producer: str) -> list[Any]:
+    """The producer's retired runs (one search, paged)."""
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.`{RETIRED}` = 'true' and tags.`{PRODUCER}` = '{producer}'",
+            max_results=1000,
+            page_token=token,
+        )
+        runs.extend(r for r in page if r.data.tags.get(CURRENT) == "false")
+        token = page.token
+        if not token:
+            return runs
+
+
+def _revivable(runs: Sequence[Any], fp: str) -> tuple[Any | None, bool]:
+    """Of a row's retired runs, the latest with this result, if any."""
+    same = [r for r in runs if r.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(r) == fp]
+    if not same:
+        return None, False
+    return max(same, key=lambda r: (r.info.start_time or 0, r.info.run_id)), True
 
 
 def _match(runs: Sequence[Any], fp: str) -> tuple[Any | None, bool]:
@@ -464,6 +505,14 @@ def _set_tag(client: Any, run_id: str, key: str, value: str) -> None:
     _racing(
         lambda: client.set_tag(run_id, key, value),
         done=lambda: client.get_run(run_id).data.tags.get(key) == value,
+    )
+
+
+def _delete_tag(client: Any, run_id: str, key: str) -> None:
+    """Delete a tag that another sync reviving the same run may be deleting too."""
+    _racing(
+        lambda: client.delete_tag(run_id, key),
+        done=lambda: key not in client.get_run(run_id).data.tags,
     )
 
 

@@ -426,14 +426,25 @@ def test_rows_no_longer_produced_are_retired_in_their_workspace_only(
     steps["A's aggregate: no rows"] = empty = as_("A", "b-aggregate", [])
     assert empty.retired == 1  # shared-x, last confirmed by A
     assert set(_current_ids(client)) == {"b-x", "agree-j"}
-    # B still produces shared-x and shared-y: its next sync makes them current again
+    # B still produces shared-x and shared-y: its next sync makes their runs current again
     steps["B syncs shared+b again"] = back = as_("B", "b-aggregate", [*shared, b])
-    assert (back.created, back.skipped, back.retired) == (2, 1, 0)
-    assert set(_current_ids(client)) == {"shared-x", "shared-y", "b-x", "agree-j"}
+    assert (back.created, back.revived, back.skipped, back.retired) == (0, 2, 1, 0)
+    assert _current_ids(client) == {
+        k: before[k] for k in ("shared-x", "shared-y", "b-x", "agree-j")
+    }
+    revived = client.get_run(before["shared-x"]).data.tags
+    assert (revived["lfbench.retired"], revived["lfbench.workspace"]) == ("false", "B")
+    assert "lfbench.superseded_by" not in revived
+    # A adds its model back: the same result is its old run; a new result a new run
+    steps["A adds a back"] = readd = as_("A", "b-aggregate", [a])
+    assert (readd.created, readd.revived, readd.retired) == (0, 1, 0)
+    assert _current_ids(client)["a-x"] == before["a-x"]
+    steps["A's a changes"] = moved = as_("A", "b-aggregate", [_row("a-x", joint=5.0, model="a")])
+    assert (moved.created, moved.superseded) == (1, 1)
     for name, r in steps.items():
         print(
             f"{name}: created {r.created}, skipped {r.skipped}, superseded {r.superseded},"
-            f" retired {r.retired}, adopted {r.adopted}"
+            f" retired {r.retired}, revived {r.revived}, adopted {r.adopted}"
         )
 
 
