@@ -3,11 +3,12 @@ MLflow run per result row, with the lineage that makes it traceable.
 
 The benchmark scores (pure); this stage reads the generations and judgements of every (model,
 judge) pair of its section, writes what the benchmark returns, and logs each row with the lineage
-every benchmark's runs carry: the model and judge entries and providers, their prompt hashes, the
-dataset digest, the DVC digests of the construct, generate and judge stages, git, data and
-runtime, the usage counters of the pair's stages, and the judge's kappa against people (from the
-agreement stage's metrics, when given). Its runs are logged as the producer `<benchmark>-aggregate`:
-a row it no longer produces is retired (pipeline/stages/tracking.py).
+every benchmark's runs carry: the model and judge entries (names, providers and `entry_sha`
+digests of their settings), their prompt hashes, the dataset digest, the DVC digests of the
+construct, generate and judge stages, git, data and runtime, the usage counters of the pair's
+stages (as counters: re-logged, not a new run), and the judge's kappa against people (from the
+agreement stage's metrics, when given). Its runs are logged as the producer
+`<benchmark>-aggregate`: a row it no longer produces is retired (pipeline/stages/tracking.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from pipeline.core.benchmark import AnyBenchmark, RunRow
 from pipeline.core.config import Params
 from pipeline.core.io import (
     atomic_write_bytes,
     atomic_write_text,
+    canonical_json,
     file_digest,
     read_json,
     write_json,
@@ -59,6 +63,32 @@ def kappa_vs_human(agreement_path: Path | None) -> dict[str, float]:
         for r in rows
         if r.get("reference") == "human" and r.get("cohen_kappa") is not None
     }
+
+
+# Fields of a model or judge entry that say how it is reached, paced or priced, not what it
+# answers (a new port for the same server, a higher rate limit: the same rows).
+_TRANSPORT = frozenset(
+    {
+        "base_url",
+        "api_key_env",
+        "max_concurrency",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "timeout_s",
+        "max_retries",
+        "price_input_per_1m",
+        "price_output_per_1m",
+        "embedding_cache",
+    }
+)
+
+
+def entry_sha(entry: BaseModel) -> str:
+    """A digest of a model or judge entry's settings that determine its rows (temperature,
+    max_tokens, settings, mode, ...; not `_TRANSPORT`): part of a row's provenance, so that
+    changing one model's entry makes new runs of its rows only."""
+    fields = {k: v for k, v in entry.model_dump(mode="json").items() if k not in _TRANSPORT}
+    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
 
 def plots_sha(plots: Mapping[str, bytes]) -> str:
@@ -98,6 +128,7 @@ def run_spec(
     lineage: Mapping[str, str],
     metrics: Mapping[str, float] | None = None,
     dataset: DatasetRef | None = None,
+    counters: Mapping[str, float] | None = None,
 ) -> RunSpec:
     """The MLflow run of one row: its metrics, params, artifacts and plots, the benchmark's tags
     and the given lineage (plus `lfbench.plots_sha` when it has plots)."""
@@ -112,6 +143,7 @@ def run_spec(
         tags=tags,
         artifacts={**row.artifacts, **row.plots},
         dataset=dataset,
+        counters=dict(counters or {}),
     )
 
 
@@ -163,8 +195,10 @@ def aggregate(
             lineage = {
                 "model.entry": m,
                 "model.provider": params.models[m].provider,
+                "model.entry_sha": entry_sha(params.models[m]),
                 "judge.name": j,
                 "judge.provider": params.judges[j].provider,
+                "judge.entry_sha": entry_sha(params.judges[j]),
                 "judge.prompt_sha": joined_sha(shas, m, j),
                 "model.prompt_sha": joined_sha(shas, m),
                 "dataset.digest": digest,
@@ -174,12 +208,20 @@ def aggregate(
                 "dvc.construct_stage_md5": construct_md5,
                 **common,
             }
-            metrics = usage_metrics(usage, m, j)
+            metrics: dict[str, float] = {}
             if j in kappas:
                 metrics["judge.kappa_vs_human"] = kappas[j]
                 lineage["judge.kappa_vs_human"] = f"{kappas[j]:.3f}"
             specs.append(
-                run_spec(bench, params, row, lineage=lineage, metrics=metrics, dataset=dataset_ref)
+                run_spec(
+                    bench,
+                    params,
+                    row,
+                    lineage=lineage,
+                    metrics=metrics,
+                    dataset=dataset_ref,
+                    counters=usage_metrics(usage, m, j),
+                )
             )
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)

@@ -50,8 +50,8 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,7 @@ class SyncReport:
     retired: int = 0  # current runs of this producer and workspace whose row is not produced
     adopted: int = 0  # unchanged runs last confirmed by another workspace (or untagged)
     revived: int = 0  # retired runs whose row is produced again with the same result
+    recounted: int = 0  # unchanged runs whose usage counters were re-logged (a stage re-ran)
 
 
 @contextlib.contextmanager
@@ -223,12 +224,13 @@ def fingerprint(metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def stored_fingerprint(run: Any) -> str:
+def stored_fingerprint(run: Any, counters: Iterable[str] = ()) -> str:
     """The fingerprint of a logged run, recomputed from its stored metrics and tags (the tags
     sync adds, `lfbench.*` and `mlflow.*`, left out: no spec tag of lfbench's is both of those
     and part of the fingerprint). Recognises a run logged under an older fingerprint rule."""
     tags = {k: v for k, v in run.data.tags.items() if not k.startswith(("lfbench.", "mlflow."))}
-    return fingerprint(run.data.metrics, tags)
+    skip = set(counters)
+    return fingerprint({k: v for k, v in run.data.metrics.items() if k not in skip}, tags)
 
 
 def workspace_id(root: Path) -> str:
@@ -282,6 +284,9 @@ class RunSpec:
     artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes]
     files: Sequence[Path] = ()  # files logged as they are (plots, reports)
     dataset: DatasetRef | None = None
+    # metrics that say how the row was made this time (its stages' usage: requests sent, cache
+    # hits, wall time), not what it is: logged, kept out of the fingerprint, re-logged in place
+    counters: Mapping[str, float] = field(default_factory=dict)
 
 
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str) -> SyncReport:
@@ -330,10 +335,10 @@ def _sync(
             retired.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
     for spec in specs:
         fp = fingerprint(spec.metrics, spec.tags)
-        old, same = _match(by_row.get(spec.row_key, []), fp)
+        old, same = _match(by_row.get(spec.row_key, []), fp, spec.counters)
         revive = False
         if old is None:
-            old, revive = _revivable(retired.get(spec.row_key, []), fp)
+            old, revive = _revivable(retired.get(spec.row_key, []), fp, spec.counters)
         if old is not None and (same or revive):
             recorded = old.data.tags
             updates = {
@@ -354,6 +359,17 @@ def _sync(
                 client.log_batch(
                     old.info.run_id, tags=[RunTag(k, v) for k, v in sorted(updates.items())]
                 )
+            recount = {
+                k: float(v) for k, v in spec.counters.items() if old.data.metrics.get(k) != float(v)
+            }
+            if recount:
+                # Same result, made again (its stage re-ran): its latest usage, in the same run.
+                now = int(time.time() * 1000)
+                client.log_batch(
+                    old.info.run_id,
+                    metrics=[Metric(k, v, now, 0) for k, v in sorted(recount.items())],
+                )
+                report.recounted += 1
             refresh = {
                 k: spec.tags[k]
                 for k in _REFRESHED
@@ -393,7 +409,10 @@ def _sync(
         now = int(time.time() * 1000)
         client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), now, 0) for k, v in sorted(spec.metrics.items())],
+            metrics=[
+                Metric(k, float(v), now, 0)
+                for k, v in sorted({**spec.counters, **spec.metrics}.items())
+            ],
             params=[Param(k, v) for k, v in sorted(spec.params.items())],
         )
         if spec.dataset is not None:
@@ -430,15 +449,21 @@ def _retired_runs(client: Any, exp_id: str, producer: str) -> list[Any]:
             return runs
 
 
-def _revivable(runs: Sequence[Any], fp: str) -> tuple[Any | None, bool]:
+def _revivable(
+    runs: Sequence[Any], fp: str, counters: Iterable[str] = ()
+) -> tuple[Any | None, bool]:
     """Of a row's retired runs, the latest with this result, if any."""
-    same = [r for r in runs if r.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(r) == fp]
+    same = [
+        r
+        for r in runs
+        if r.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(r, counters) == fp
+    ]
     if not same:
         return None, False
     return max(same, key=lambda r: (r.info.start_time or 0, r.info.run_id)), True
 
 
-def _match(runs: Sequence[Any], fp: str) -> tuple[Any | None, bool]:
+def _match(runs: Sequence[Any], fp: str, counters: Iterable[str] = ()) -> tuple[Any | None, bool]:
     """Of a row's current runs (one, or more after a killed or concurrent sync), the latest (the
     one convergence keeps), and whether it has this result (its fingerprint tag, or recomputed
     from its stored metrics and tags for a run logged under an older rule). An older current run
@@ -446,7 +471,7 @@ def _match(runs: Sequence[Any], fp: str) -> tuple[Any | None, bool]:
     if not runs:
         return None, False
     latest = max(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
-    same = latest.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(latest) == fp
+    same = latest.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(latest, counters) == fp
     return latest, same
 
 

@@ -524,3 +524,43 @@ def test_another_producers_row_of_the_same_key_is_left_alone(
     again = sync("t", [_row("k", joint=1.0)], tmp_path, producer="x-agreement")
     assert [_counts(r) for r in (one, two, again)] == [(1, 0, 0), (1, 0, 0), (0, 1, 0)]
     assert current_runs(client)["k"] == 2
+
+
+def test_usage_counters_are_relogged_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row's stage re-ran with the same result (all answers from the cache): its usage
+    counters (requests sent, cache hits, wall time) are re-logged in its run, not a new run."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from dataclasses import replace
+
+    client = _client(tmp_path)
+    made = {"generate.requests_sent": 3.0, "generate.cache_hits": 0.0, "generate.wall_s": 4.2}
+    cached = {"generate.requests_sent": 0.0, "generate.cache_hits": 3.0, "generate.wall_s": 0.1}
+    first = sync("t", [replace(_row("r0"), counters=made)], tmp_path, producer="b-aggregate")
+    (run_id,) = _current_ids(client).values()
+    again = sync("t", [replace(_row("r0"), counters=cached)], tmp_path, producer="b-aggregate")
+    assert [_counts(r) for r in (first, again)] == [(1, 0, 0), (0, 1, 0)]
+    assert again.recounted == 1 and _current_ids(client) == {"r0": run_id}
+    metrics = client.get_run(run_id).data.metrics
+    assert {k: metrics[k] for k in cached} == cached and metrics["joint"] == 1.0
+    history = client.get_metric_history(run_id, "generate.cache_hits")
+    assert [m.value for m in history] == [0.0, 3.0]
+
+
+def test_entry_sha_follows_what_an_entry_answers_not_how_it_is_reached() -> None:
+    """A model entry's temperature is part of its rows' provenance; its port, pace and price
+    are not (a server moved, a rate limit raised: the same rows, the same runs)."""
+    from pipeline.core.config import OpenAIModel
+    from pipeline.stages.aggregate import entry_sha
+
+    base = {"provider": "openai", "base_url": "http://127.0.0.1:8080/v1", "model": "m"}
+    sha = entry_sha(OpenAIModel.model_validate(base))
+    for moved in (
+        {"base_url": "http://127.0.0.1:9090/v1"},
+        {"max_concurrency": 2, "requests_per_minute": 60.0, "timeout_s": 5.0},
+        {"price_input_per_1m": 1.0, "api_key_env": None},
+    ):
+        assert entry_sha(OpenAIModel.model_validate(base | moved)) == sha, moved
+    for changed in ({"temperature": 0.7}, {"max_tokens": 64}, {"model": "n"}):
+        assert entry_sha(OpenAIModel.model_validate(base | changed)) != sha, changed
