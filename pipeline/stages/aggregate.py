@@ -83,11 +83,14 @@ _TRANSPORT = frozenset(
 )
 
 
-def entry_sha(entry: BaseModel) -> str:
-    """A digest of a model or judge entry's settings that determine its rows (temperature,
-    max_tokens, settings, mode, ...; not `_TRANSPORT`): part of a row's provenance, so that
+def entry_sha(entry: BaseModel, benchmark: str) -> str:
+    """A digest of a model or judge entry's settings that determine its rows on `benchmark`
+    (temperature, max_tokens, settings, mode, its slice of this benchmark, ...; not
+    `_TRANSPORT`, nor its slices of other benchmarks): part of a row's provenance, so that
     changing one model's entry makes new runs of its rows only."""
     fields = {k: v for k, v in entry.model_dump(mode="json").items() if k not in _TRANSPORT}
+    if isinstance(fields.get("slice"), dict):
+        fields["slice"] = fields["slice"].get(benchmark)
     return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
 
@@ -195,10 +198,10 @@ def aggregate(
             lineage = {
                 "model.entry": m,
                 "model.provider": params.models[m].provider,
-                "model.entry_sha": entry_sha(params.models[m]),
+                "model.entry_sha": entry_sha(params.models[m], bench.name),
                 "judge.name": j,
                 "judge.provider": params.judges[j].provider,
-                "judge.entry_sha": entry_sha(params.judges[j]),
+                "judge.entry_sha": entry_sha(params.judges[j], bench.name),
                 "judge.prompt_sha": joined_sha(shas, m, j),
                 "model.prompt_sha": joined_sha(shas, m),
                 "dataset.digest": digest,

@@ -555,12 +555,19 @@ def test_entry_sha_follows_what_an_entry_answers_not_how_it_is_reached() -> None
     from pipeline.stages.aggregate import entry_sha
 
     base = {"provider": "openai", "base_url": "http://127.0.0.1:8080/v1", "model": "m"}
-    sha = entry_sha(OpenAIModel.model_validate(base))
+    base["slice"] = {"summhay": {"first": 1}, "long2rag": {"first": 2}}
+    sha = entry_sha(OpenAIModel.model_validate(base), "summhay")
     for moved in (
         {"base_url": "http://127.0.0.1:9090/v1"},
         {"max_concurrency": 2, "requests_per_minute": 60.0, "timeout_s": 5.0},
         {"price_input_per_1m": 1.0, "api_key_env": None},
+        {"slice": {"summhay": {"first": 1}, "long2rag": {"first": 3}}},  # another benchmark's
     ):
-        assert entry_sha(OpenAIModel.model_validate(base | moved)) == sha, moved
-    for changed in ({"temperature": 0.7}, {"max_tokens": 64}, {"model": "n"}):
-        assert entry_sha(OpenAIModel.model_validate(base | changed)) != sha, changed
+        assert entry_sha(OpenAIModel.model_validate(base | moved), "summhay") == sha, moved
+    for changed in (
+        {"temperature": 0.7},
+        {"max_tokens": 64},
+        {"model": "n"},
+        {"slice": {"summhay": {"first": 2}, "long2rag": {"first": 2}}},
+    ):
+        assert entry_sha(OpenAIModel.model_validate(base | changed), "summhay") != sha, changed
