@@ -18,9 +18,11 @@ What a row's result is: its fingerprint hashes its metrics and its provenance ta
 digest, the benchmark and its version, the row's own model and judge entries and prompt hashes,
 the image recipe, the row's own tags), not its bookkeeping (`_VOLATILE`: the DVC stage digests,
 which change when an unrelated model's entry or a stage's code changes, the git commit, the
-lfbench version, the data folder's digest, where it ran). A row whose bookkeeping alone changed
-keeps its run; the new values are recorded as `<tag>.latest`. A run logged under an older
-fingerprint rule is recognised from its stored metrics and tags, and re-tagged, not re-made.
+lfbench version, the data folder's digest, where it ran), nor its usage counters
+(`RunSpec.counters`: a stage re-run from the cache sends nothing). A row whose bookkeeping alone
+changed keeps its run; the new values are recorded as `<tag>.latest`, the new counters logged
+again in it. A run logged under an older fingerprint rule is recognised from its stored metrics
+and tags, and re-tagged, not re-made.
 
 Which runs are current: every run carries the stage that produced it (`lfbench.producer`, e.g.
 `summhay-aggregate`, `summhay-agreement`) and the workspace that last made or confirmed it
