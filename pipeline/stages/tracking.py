@@ -52,7 +52,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,12 +226,18 @@ def fingerprint(metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def stored_fingerprint(run: Any, counters: Iterable[str] = ()) -> str:
+def stored_fingerprint(run: Any, spec: RunSpec | None = None) -> str:
     """The fingerprint of a logged run, recomputed from its stored metrics and tags (the tags
     sync adds, `lfbench.*` and `mlflow.*`, left out: no spec tag of lfbench's is both of those
-    and part of the fingerprint). Recognises a run logged under an older fingerprint rule."""
+    and part of the fingerprint). Recognises a run logged under an older fingerprint rule. Given
+    the spec it is compared with, the spec's counters are left out of the stored metrics, and a
+    tag the spec has and the run lacks (added by a newer lfbench, e.g. `model.entry_sha`) is
+    taken as the spec's (the sync then adds it to the run)."""
     tags = {k: v for k, v in run.data.tags.items() if not k.startswith(("lfbench.", "mlflow."))}
-    skip = set(counters)
+    skip: set[str] = set()
+    if spec is not None:
+        skip = set(spec.counters)
+        tags |= {k: v for k, v in spec.tags.items() if k not in run.data.tags}
     return fingerprint({k: v for k, v in run.data.metrics.items() if k not in skip}, tags)
 
 
@@ -337,10 +343,10 @@ def _sync(
             retired.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
     for spec in specs:
         fp = fingerprint(spec.metrics, spec.tags)
-        old, same = _match(by_row.get(spec.row_key, []), fp, spec.counters)
+        old, same = _match(by_row.get(spec.row_key, []), fp, spec)
         revive = False
         if old is None:
-            old, revive = _revivable(retired.get(spec.row_key, []), fp, spec.counters)
+            old, revive = _revivable(retired.get(spec.row_key, []), fp, spec)
         if old is not None and (same or revive):
             recorded = old.data.tags
             updates = {
@@ -352,6 +358,7 @@ def _sync(
                 report.retagged += 1
             if old.data.tags.get(FINGERPRINT) != fp:  # logged under an older fingerprint rule
                 updates[FINGERPRINT] = fp
+                updates |= {k: v for k, v in spec.tags.items() if k not in recorded}
             owner = {PRODUCER: producer, WORKSPACE: workspace}
             if any(old.data.tags.get(k) != v for k, v in owner.items()):
                 updates |= owner
@@ -451,21 +458,17 @@ def _retired_runs(client: Any, exp_id: str, producer: str) -> list[Any]:
             return runs
 
 
-def _revivable(
-    runs: Sequence[Any], fp: str, counters: Iterable[str] = ()
-) -> tuple[Any | None, bool]:
+def _revivable(runs: Sequence[Any], fp: str, spec: RunSpec) -> tuple[Any | None, bool]:
     """Of a row's retired runs, the latest with this result, if any."""
     same = [
-        r
-        for r in runs
-        if r.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(r, counters) == fp
+        r for r in runs if r.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(r, spec) == fp
     ]
     if not same:
         return None, False
     return max(same, key=lambda r: (r.info.start_time or 0, r.info.run_id)), True
 
 
-def _match(runs: Sequence[Any], fp: str, counters: Iterable[str] = ()) -> tuple[Any | None, bool]:
+def _match(runs: Sequence[Any], fp: str, spec: RunSpec) -> tuple[Any | None, bool]:
     """Of a row's current runs (one, or more after a killed or concurrent sync), the latest (the
     one convergence keeps), and whether it has this result (its fingerprint tag, or recomputed
     from its stored metrics and tags for a run logged under an older rule). An older current run
@@ -473,7 +476,7 @@ def _match(runs: Sequence[Any], fp: str, counters: Iterable[str] = ()) -> tuple[
     if not runs:
         return None, False
     latest = max(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
-    same = latest.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(latest, counters) == fp
+    same = latest.data.tags.get(FINGERPRINT) == fp or stored_fingerprint(latest, spec) == fp
     return latest, same
 
 

@@ -360,7 +360,7 @@ def test_a_run_of_an_older_fingerprint_rule_is_adopted_not_remade(
 ) -> None:
     """A store filled before provenance and bookkeeping were told apart: its runs' fingerprint
     tags hash the bookkeeping too, and they carry no producer or workspace. Recognised from
-    their stored metrics and tags, re-tagged, kept."""
+    their stored metrics and tags (a tag added since is not a change), re-tagged, kept."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from pipeline.stages import tracking
 
@@ -369,7 +369,8 @@ def test_a_run_of_an_older_fingerprint_rule_is_adopted_not_remade(
     before = _current_ids(client)
     for run_id in before.values():  # as the previous version logged it
         client.set_tag(run_id, tracking.FINGERPRINT, "0123456789abcdef")
-        for tag in (tracking.PRODUCER, tracking.WORKSPACE):
+        # and a provenance tag the older version did not log
+        for tag in (tracking.PRODUCER, tracking.WORKSPACE, "image.recipe"):
             if tag in client.get_run(run_id).data.tags:
                 client.delete_tag(run_id, tag)
     again = sync(
@@ -380,6 +381,8 @@ def test_a_run_of_an_older_fingerprint_rule_is_adopted_not_remade(
     tags = client.get_run(before["r0"]).data.tags
     assert tags[tracking.FINGERPRINT] == tracking.fingerprint({"joint": 1.0}, _row("r0").tags)
     assert tags[tracking.PRODUCER] == "b-aggregate" and tags[tracking.WORKSPACE]
+    assert tags["image.recipe"] == "r1"  # the tag it lacked, added
+    assert tags["dvc.stage_md5"] == "s1" and tags["dvc.stage_md5.latest"] == "s9"
 
 
 def test_rows_no_longer_produced_are_retired_in_their_workspace_only(
