@@ -289,6 +289,9 @@ def backend_for(default_path: Path | None) -> _Backend | None:
 # ---------------------------------------------------------------- the cache
 
 
+_OPEN_ATTEMPTS = 20
+
+
 class ResponseCache:
     """Successful answers keyed by :func:`pipeline.llm.client.cache_key`."""
 
@@ -300,16 +303,24 @@ class ResponseCache:
         self.where = b.where
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = float(os.environ.get("LFBENCH_CACHE_LEASE_S", LEASE_S))
-        try:
-            self._conn = b.connect()
-            b.setup(self._conn)
-        except LfbenchError:
-            raise
-        except Exception as e:
-            raise LfbenchError(
-                f"response cache {b.where}: cannot open it ({e}); for the SQLite cache, delete the"
-                " file to start a new one"
-            ) from e
+        for attempt in range(1, _OPEN_ATTEMPTS + 1):
+            try:
+                self._conn = b.connect()
+                b.setup(self._conn)
+                break
+            except LfbenchError:
+                raise
+            except Exception as e:
+                # Two processes opening a new SQLite cache at once race on its switch to WAL
+                # and its schema, and SQLite answers the loser "database is locked" at once,
+                # without its busy timeout: the loser tries again.
+                if b.is_busy(e) and attempt < _OPEN_ATTEMPTS:
+                    time.sleep(0.05 * attempt)
+                    continue
+                raise LfbenchError(
+                    f"response cache {b.where}: cannot open it ({e}); for the SQLite cache,"
+                    " delete the file to start a new one"
+                ) from e
         self._queue: queue.SimpleQueue[CachedAnswer | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._held: set[str] = set()
