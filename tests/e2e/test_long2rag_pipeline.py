@@ -204,7 +204,7 @@ def test_long2rag_end_to_end(project: Path, tmp_path: Path) -> None:
     assert r.data.tags["dataset.source"] == "inputs/long2rag/questions.jsonl"
     assert r.data.tags["model.provider"] == "openai" and r.data.tags["dvc.stage_md5"] != "unknown"
     files = {f.path for f in client.list_artifacts(r.info.run_id)}
-    assert {"kpr_by_domain_and_category.png", "row.json", "questions.jsonl"} <= files
+    assert {"kpr_by_domain_and_category.png", "row.json", "items.jsonl"} <= files
     assert math.isfinite(r.data.metrics["kpr.domain.Biology"])
 
 
