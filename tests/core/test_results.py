@@ -23,6 +23,7 @@ from pipeline.core.results import (
     pool,
     score_rows,
 )
+from tests.join_faults import FAULTS, faulty_run
 
 MEAN = Metric("m", digits=None)
 RATIO = Metric("r", pool="ratio", scale=100.0, digits=4)
@@ -184,7 +185,7 @@ def test_combine_pools_over_all_items() -> None:
 # ---------------------------------------------------------------- the same join in SummHay
 
 
-@pytest.mark.parametrize("fault", ["orphan", "duplicate", "missing", "unknown item"])
+@pytest.mark.parametrize("fault", FAULTS)
 def test_summhay_join_errors_name_the_file_and_line(mirror: Path, fault: str) -> None:
     from pipeline.benchmarks.summhay import published
     from pipeline.benchmarks.summhay.benchmark import SummHay
@@ -197,24 +198,9 @@ def test_summhay_join_errors_name_the_file_and_line(mirror: Path, fault: str) ->
     files, data_dir = FileInputs(Path("/")), str(mirror / "summhay")
     gens = list(published.generations("published", spec, files, data_dir, [hay]))[:3]
     js = list(published.judgements("published-gpt-4o", files, data_dir, gens))
-    if fault == "orphan":
-        js = [*js, js[0].model_copy(update={"generation_id": "nope|oracle|gpt-4o|0"})]
-    elif fault == "duplicate":
-        js = [*js, js[1]]
-    elif fault == "missing":
-        js = js[1:]
-    else:
-        gens = [*gens, gens[0].model_copy(update={"item_id": "news1/nope"})]
-    gl = [f"generations/m.jsonl:{n}" for n in range(1, len(gens) + 1)]
-    jl = [f"judgements/m/j.jsonl:{n}" for n in range(1, len(js) + 1)]
+    run, where = faulty_run(fault, gens, js, "news1/nope")
     scoring = SimpleNamespace(modes=["paper"], partial_credit=50)
     ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring))
     with pytest.raises(DataError) as e:
-        SummHay().score(ctx, [hay], [Run("published", "j", gens, js, gl, jl)])
-    where = {
-        "orphan": "judgements/m/j.jsonl:4",
-        "duplicate": "judgements/m/j.jsonl:4",
-        "missing": "generations/m.jsonl:1",
-        "unknown item": "generations/m.jsonl:4",
-    }[fault]
+        SummHay().score(ctx, [hay], [run])
     assert where in str(e.value)

@@ -12,13 +12,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.core import registry
-from pipeline.core.config import validate_params
 from pipeline.core.copying import copy_rate, local_model_traps
 from pipeline.core.errors import StageFailed
-from pipeline.stages.construct import construct
-from pipeline.stages.generate import generate
 from pipeline.testing.server import TestServer, last_user_message
+from tests.stages.helpers import generate_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,26 +49,7 @@ def _generate(tmp: Path, haystack: dict[str, Any], write: Callable[..., Path], f
     with TestServer(
         responder=f"tests.stages.test_local_model_traps:{fn}", log_path=tmp / "s.log", cwd=ROOT
     ) as srv:
-        entry = {
-            "provider": "openai",
-            "base_url": srv.base_url,
-            "model": "tiny",
-            "api_key_env": None,
-            "settings": ["oracle"],
-        }
-        params = validate_params(
-            {
-                "models": {"tiny": entry},
-                "judges": {"local": {"provider": "local"}},
-                "summhay": {"haystacks": ["news1"], "models": ["tiny"], "judges": ["local"]},
-            },
-            benchmarks=["summhay"],
-        )
-        bench = registry.get("summhay")
-        ds, out = tmp / "ds.jsonl", tmp / "tiny.jsonl"
-        construct(bench, params, path.parent, ds, ROOT)
-        generate(bench, params, "tiny", ds, path.parent, out, ROOT)
-    return out
+        return generate_tiny(srv.base_url, path.parent, tmp)
 
 
 @pytest.mark.parametrize(

@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from pipeline.core import registry
 from pipeline.core.benchmark import response_format
-from pipeline.core.config import OpenAIJudge, validate_params
+from pipeline.core.config import OpenAIJudge
 from pipeline.core.errors import StageFailed
 from pipeline.core.types import ChatResult
-from pipeline.stages.construct import construct
-from pipeline.stages.generate import generate, truncation_cause
+from pipeline.stages.generate import truncation_cause
 from pipeline.testing.server import TestServer
+from tests.stages.helpers import generate_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = "- " + "word " * 99 + "[1]"  # 500 characters: 125 test-server tokens
@@ -36,28 +35,8 @@ def _run(
     with TestServer(
         responder="tests.stages.test_truncation:long_answer", log_path=tmp_path / "s.log", cwd=ROOT
     ) as srv:
-        entry = {
-            "provider": "openai",
-            "base_url": srv.base_url,
-            "model": "tiny",
-            "api_key_env": None,
-            "settings": ["oracle"],
-            "max_tokens": 50,
-            **model,
-        }
-        params = validate_params(
-            {
-                "models": {"tiny": entry},
-                "judges": {"local": {"provider": "local"}},
-                "summhay": {"haystacks": ["news1"], "models": ["tiny"], "judges": ["local"]},
-            },
-            benchmarks=["summhay"],
-        )
-        bench = registry.get("summhay")
-        ds, out = tmp_path / "ds.jsonl", tmp_path / "tiny.jsonl"
-        construct(bench, params, path.parent, ds, ROOT)
         try:
-            generate(bench, params, "tiny", ds, path.parent, out, ROOT)
+            out = generate_tiny(srv.base_url, path.parent, tmp_path, max_tokens=50, **model)
         finally:
             log = srv.log()
     gens = [json.loads(line) for line in out.read_text().splitlines()]

@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 
 from pipeline.core import registry
-from pipeline.core.config import validate_params
 from pipeline.stages.common import no_usage, read_usage, usage_path
-from pipeline.stages.construct import construct
-from pipeline.stages.generate import generate
 from pipeline.testing.server import TestServer
+from tests.stages.helpers import generate_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,34 +34,18 @@ def test_answers_without_usage_are_counted_warned_once_and_cost_unknown(
     usage: bool,
 ) -> None:
     path = write_haystack(haystack, "topic_news1.json")
-    with TestServer(
-        responder="tests.stages.test_usage_missing:answer",
-        log_path=tmp_path / "s.log",
-        cwd=ROOT,
-        usage=usage,
-    ) as srv:
-        entry = {
-            "provider": "openai",
-            "base_url": srv.base_url,
-            "model": "tiny",
-            "api_key_env": None,
-            "settings": ["oracle"],
-            "price_input_per_1m": 1.0,
-            "price_output_per_1m": 2.0,
-        }
-        params = validate_params(
-            {
-                "models": {"tiny": entry},
-                "judges": {"local": {"provider": "local"}},
-                "summhay": {"haystacks": ["news1"], "models": ["tiny"], "judges": ["local"]},
-            },
-            benchmarks=["summhay"],
+    with (
+        TestServer(
+            responder="tests.stages.test_usage_missing:answer",
+            log_path=tmp_path / "s.log",
+            cwd=ROOT,
+            usage=usage,
+        ) as srv,
+        caplog.at_level(logging.WARNING),
+    ):
+        out = generate_tiny(
+            srv.base_url, path.parent, tmp_path, price_input_per_1m=1.0, price_output_per_1m=2.0
         )
-        bench = registry.get("summhay")
-        ds, out = tmp_path / "ds.jsonl", tmp_path / "tiny.jsonl"
-        construct(bench, params, path.parent, ds, ROOT)
-        with caplog.at_level(logging.WARNING):
-            generate(bench, params, "tiny", ds, path.parent, out, ROOT)
     gens = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(gens) == 2 and all(g["status"] == "ok" for g in gens)
     report = json.loads(usage_path(out).read_text())

@@ -22,6 +22,7 @@ from pipeline.benchmarks.long2rag.scoring import (
 from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement, Verdict
+from tests.join_faults import FAULTS, faulty_run
 
 # q1: 3 key points (yes, no, neutral)         -> 1/3   (neutral entailed: 2/3)
 # q2: 1 key point  (yes)                      -> 1     (1)
@@ -204,30 +205,15 @@ def test_rows_from_records() -> None:
     assert run.metrics["kpr.domain.news"] == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize("fault", ["orphan", "duplicate", "missing", "unknown item"])
+@pytest.mark.parametrize("fault", FAULTS)
 def test_join_errors_name_the_file_and_line(fault: str) -> None:
     """The stage layer's join, the same in every benchmark: an orphan, a duplicate or a
     missing judgement and a generation of an unknown item are errors naming file:line."""
     dataset, gens, js = _records()
     gens = [g for g in gens if g.status == "ok"]
-    if fault == "orphan":
-        js = [*js, js[0].model_copy(update={"generation_id": "nope|long_context|m|0"})]
-    elif fault == "duplicate":
-        js = [*js, js[1]]
-    elif fault == "missing":
-        js = js[1:]
-    else:
-        gens = [*gens, gens[0].model_copy(update={"item_id": "q9"})]
-    gl = [f"generations/m.jsonl:{n}" for n in range(1, len(gens) + 1)]
-    jl = [f"judgements/m/j.jsonl:{n}" for n in range(1, len(js) + 1)]
+    run, where = faulty_run(fault, gens, js, "q9")
     with pytest.raises(DataError) as e:
-        BENCH.aggregate(_ctx([8000]), dataset, [Run("m", "j", gens, js, gl, jl)])
-    where = {
-        "orphan": "judgements/m/j.jsonl:4",
-        "duplicate": "judgements/m/j.jsonl:4",
-        "missing": "generations/m.jsonl:1",
-        "unknown item": "generations/m.jsonl:4",
-    }[fault]
+        BENCH.aggregate(_ctx([8000]), dataset, [run])
     assert where in str(e.value)
 
 
