@@ -140,3 +140,119 @@ def unit_rows(
             )
         )
     return rows
+
+
+# ---------------------------------------------------------------- alignment features (v2)
+
+ENTITY_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*)")
+NEGATION = frozenset(
+    "not no never none nor neither without cannot lack lacks lacking fail fails failed".split()
+)
+STEM = 5  # crude stemming: a word's first letters (covers plural, tense, -ing/-tion variants)
+
+ALIGN_NAMES = (
+    "prec_top1",
+    "recall_top1_stem",
+    "recall_all_stem",
+    "recall_best2",
+    "bigram_top1",
+    "bigram_all",
+    "numbers_top1",
+    "log_numbers_missing",
+    "entities_found",
+    "entities_top1",
+    "has_entities",
+    "negation_mismatch",
+    "sim_top3_mean",
+    "sim_std",
+    "share_sim_above_half",
+    "sim_x_len",
+    "recall_x_len",
+)
+FEATURE_NAMES_V2 = FEATURE_NAMES + ALIGN_NAMES
+
+
+def stems(words: set[str]) -> set[str]:
+    return {w[:STEM] for w in words}
+
+
+def bigrams(text: str) -> set[tuple[str, str]]:
+    toks = tokenize(text, stopwords=True)
+    return set(zip(toks, toks[1:], strict=False))
+
+
+def entities(text: str) -> set[str]:
+    """Capitalised spans not at a sentence start, lower-cased (names, places, products)."""
+    return {m.lower() for m in ENTITY_RE.findall(text) if m.lower() not in NEGATION}
+
+
+NEGATION_RE = re.compile(r"\b(?:" + "|".join(sorted(NEGATION)) + r")\b|n['\u2019]t\b")
+
+
+def negated(text: str) -> bool:
+    return NEGATION_RE.search(text.lower()) is not None
+
+
+def align_values(
+    unit: str, bullets: Sequence[str], sims: npt.NDArray[np.floating], base: tuple[float, ...]
+) -> tuple[float, ...]:
+    """The ALIGN_NAMES features of one unit against its candidate's bullets (sims: its cosine
+    similarity to each bullet; base: its FEATURE_NAMES values)."""
+    n = len(bullets)
+    log_len = base[FEATURE_NAMES.index("log_unit_words")]
+    if n == 0:
+        return (0.0,) * 10 + (float(bool(entities(unit))),) + (0.0,) * 6
+    order = np.argsort(-sims, kind="stable")
+    top = int(order[0])
+    words = content_words(unit)
+    bw = [content_words(b) for b in bullets]
+    top_words = bw[top]
+    ws, bs = stems(words), [stems(b) for b in bw]
+    all_stems = set().union(*bs)
+    best2 = max(
+        (_share(words, bw[int(i)] | bw[int(j)]) for i in order[:4] for j in order[:4] if i < j),
+        default=_share(words, top_words),
+    )
+    ub = bigrams(unit)
+    bb = [bigrams(b) for b in bullets]
+    nums = numbers(unit)
+    all_nums = set().union(*(numbers(b) for b in bullets))
+    ents = entities(unit)
+    joined = " ".join(bullets).lower()
+    top_text = bullets[top].lower()
+    top3 = sims[order[:3]]
+    recall_top1 = base[FEATURE_NAMES.index("recall_top1")]
+    return (
+        _share(top_words, words),
+        _share(ws, bs[top]),
+        _share(ws, all_stems),
+        best2,
+        _share(ub, bb[top]),
+        _share(ub, set().union(*bb)),
+        _share(nums, numbers(bullets[top])) if nums else 0.0,
+        math.log1p(len(nums - all_nums)),
+        sum(e in joined for e in ents) / len(ents) if ents else 0.0,
+        sum(e in top_text for e in ents) / len(ents) if ents else 0.0,
+        float(bool(ents)),
+        float(negated(unit) != negated(bullets[top])),
+        float(top3.mean()),
+        float(sims.std()),
+        float((sims > 0.5).mean()),
+        float(sims[top]) * log_len,
+        recall_top1 * log_len,
+    )
+
+
+def unit_rows_v2(
+    units: Sequence[str],
+    bullets: Sequence[str],
+    unit_vecs: Array,
+    bullet_vecs: Array,
+) -> list[Row]:
+    """:func:`unit_rows` plus the alignment features (FEATURE_NAMES_V2)."""
+    base = unit_rows(units, bullets, unit_vecs, bullet_vecs)
+    sims = unit_vecs @ bullet_vecs.T if bullets else np.zeros((len(units), 0))
+    return [
+        Row(values=r.values + align_values(u, bullets, sims[i], r.values), top=r.top)
+        for i, (u, r) in enumerate(zip(units, base, strict=True))
+    ]
