@@ -53,6 +53,7 @@ from pipeline.local_judge.features import (  # noqa: E402
     clean_text,
     unit_rows,
     unit_rows_v2,
+    unit_rows_v3,
 )
 from pipeline.local_judge.model import LABELS, LocalJudge, LocalVerdict  # noqa: E402
 from pipeline.stages.common import FileInputs, context  # noqa: E402
@@ -156,7 +157,12 @@ class ScaledLR:
         return z
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> ScaledLR:
-        self.lr = LogisticRegression(C=self.c, class_weight=self.cw, max_iter=3000, tol=1e-8)
+        self.lr = LogisticRegression(
+            C=self.c,
+            class_weight=self.cw,
+            max_iter=500 if self.poly else 3000,
+            tol=1e-4 if self.poly else 1e-8,
+        )
         self.lr.fit(self._t(x, True), y)
         return self
 
@@ -178,7 +184,7 @@ def loho(kind: str, d: Data) -> np.ndarray:
 def offsets_for(proba: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Log-probability offsets (0, a, b) maximising kappa of argmax(log p + offset) with y."""
     lp = np.log(np.clip(proba, 1e-9, 1))
-    grid = np.round(np.arange(-1.5, 1.51, 0.1), 2)
+    grid = np.round(np.arange(-3.0, 1.51, 0.1), 2)
     best, arg = -1.0, np.zeros(3)
     for a in grid:
         for b in grid:
@@ -229,6 +235,7 @@ def main() -> None:
         "--routes",
         default="v1-lr,v1-hgb,v2-lr,v2-poly,v2-hgb,v2-hgb+gcal,v2-hgb+hcv,ens,ens+gcal,ens+hcv",
     )
+    ap.add_argument("--ens", default="v2", help="feature set of the lr+hgb ensemble")
     ap.add_argument("--out", type=Path, default=None, help="JSON lines of the results")
     args = ap.parse_args()
 
@@ -295,7 +302,15 @@ def main() -> None:
         raise SystemExit("annotated summaries and judged cases do not align")
     mats: dict[str, tuple[Data, np.ndarray, list, np.ndarray]] = {}
     feat_s: dict[str, float] = {}
-    for name, fn in (("v1", unit_rows), ("v2", unit_rows_v2)):
+    for name, fn in (("v1", unit_rows), ("v2", unit_rows_v2), ("v3", unit_rows_v3)):
+        if (
+            not any(
+                r.startswith(name) or (name == "v2" and r.startswith("ens"))
+                for r in args.routes.split(",")
+            )
+            and name != "v2"
+        ):
+            continue
         t0 = time.perf_counter()
         xt, _ = features(tcases, tv, fn)
         xh, th = features(hcases, hv, fn)
@@ -320,7 +335,8 @@ def main() -> None:
     for route in args.routes.split(","):
         name, _, cal = route.partition("+")
         if name == "ens":
-            parts = [base("v2-lr"), base("v2-hgb")]
+            fs = args.ens
+            parts = [base(f"{fs}-lr"), base(f"{fs}-hgb")]
             lo = np.mean([p[0] for p in parts], axis=0)
             ph = np.mean([p[1] for p in parts], axis=0)
             pn = np.mean([p[2] for p in parts], axis=0)
@@ -334,6 +350,11 @@ def main() -> None:
             ph, pn = adjust(ph, off), adjust(pn, off)
             lo = adjust(lo, off)
             note = f"offsets {off.tolist()} tuned on GPT-4o LOHO"
+        elif cal == "prior":
+            prior = np.bincount(y, minlength=3) / len(y)
+            off = np.round(np.log(prior[0]) - np.log(prior), 4)
+            ph, pn, lo = adjust(ph, off), adjust(pn, off), adjust(lo, off)
+            note = f"offsets {off.tolist()}: the training prior divided out (equal priors)"
         elif cal == "hcv":
             if human_y is None:
                 human_y = _human_classes(samples)

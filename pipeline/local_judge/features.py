@@ -256,3 +256,67 @@ def unit_rows_v2(
         Row(values=r.values + align_values(u, bullets, sims[i], r.values), top=r.top)
         for i, (u, r) in enumerate(zip(units, base, strict=True))
     ]
+
+
+# ---------------------------------------------------------------- contrast with the other units (v3)
+
+CONTRAST_NAMES = (
+    "distinct_share",
+    "distinct_top1",
+    "distinct_all",
+    "top_is_mine",
+    "sim_margin_units",
+    "sim_z_case",
+)
+FEATURE_NAMES_V3 = FEATURE_NAMES_V2 + CONTRAST_NAMES
+
+
+def contrast_values(
+    units: Sequence[str], bullets: Sequence[str], sims: npt.NDArray[np.floating]
+) -> list[tuple[float, ...]]:
+    """What sets each unit apart from the other units of its case (a summary's other insights,
+    an answer's other key points): its own words (in no other unit) found in its nearest bullet
+    and anywhere; whether its nearest bullet is nearer to it than to any other unit, by how much;
+    its best similarity as a z-score among all unit-bullet similarities of the case."""
+    words = [content_words(u) for u in units]
+    n = len(bullets)
+    out = []
+    flat = sims.ravel() if n else np.zeros(0)
+    mu, sd = (float(flat.mean()), float(flat.std())) if flat.size else (0.0, 0.0)
+    bw = [content_words(b) for b in bullets]
+    all_words = set().union(*bw) if bw else set()
+    for i, w in enumerate(words):
+        others = set().union(*(words[:i] + words[i + 1 :])) if len(words) > 1 else set()
+        own = w - others
+        share = len(own) / len(w) if w else 0.0
+        if n == 0:
+            out.append((share, 0.0, 0.0, 0.0, 0.0, 0.0))
+            continue
+        top = int(np.argmax(sims[i]))
+        col = sims[:, top]
+        rest = np.delete(col, i)
+        margin = float(col[i] - rest.max()) if rest.size else 0.0
+        out.append(
+            (
+                share,
+                _share(own, bw[top]),
+                _share(own, all_words),
+                float(margin >= 0),
+                margin,
+                (float(sims[i, top]) - mu) / sd if sd > 1e-6 else 0.0,
+            )
+        )
+    return out
+
+
+def unit_rows_v3(
+    units: Sequence[str],
+    bullets: Sequence[str],
+    unit_vecs: Array,
+    bullet_vecs: Array,
+) -> list[Row]:
+    """:func:`unit_rows_v2` plus the contrast features (FEATURE_NAMES_V3)."""
+    rows = unit_rows_v2(units, bullets, unit_vecs, bullet_vecs)
+    sims = unit_vecs @ bullet_vecs.T if bullets else np.zeros((len(units), 0))
+    extra = contrast_values(units, bullets, sims)
+    return [Row(values=r.values + e, top=r.top) for r, e in zip(rows, extra, strict=True)]
