@@ -51,9 +51,9 @@ from pipeline.local_judge.embeddings import Embedder, default_cache_path  # noqa
 from pipeline.local_judge.features import (  # noqa: E402
     Row,
     clean_text,
+    aligned_rows,
+    base_rows,
     unit_rows,
-    unit_rows_v2,
-    unit_rows_v3,
 )
 from pipeline.local_judge.model import LABELS, LocalJudge, LocalVerdict  # noqa: E402
 from pipeline.stages.common import FileInputs, context  # noqa: E402
@@ -302,7 +302,7 @@ def main() -> None:
         raise SystemExit("annotated summaries and judged cases do not align")
     mats: dict[str, tuple[Data, np.ndarray, list, np.ndarray]] = {}
     feat_s: dict[str, float] = {}
-    for name, fn in (("v1", unit_rows), ("v2", unit_rows_v2), ("v3", unit_rows_v3)):
+    for name, fn in (("v1", base_rows), ("v2", aligned_rows), ("v3", unit_rows)):
         if (
             not any(
                 r.startswith(name) or (name == "v2" and r.startswith("ens"))

@@ -11,8 +11,22 @@ unit with each bullet and summarise over the bullets:
   most similar bullet;
 - numbers: the share of the unit's numbers that appear anywhere in the candidate (insights are
   often distinguished by a figure), and whether the unit has any;
-- sizes: log word counts of the unit and of the most similar bullet, and the log bullet count.
+- sizes: log word counts of the unit and of the most similar bullet, and the log bullet count;
+- alignment (ALIGN_NAMES): how much of the nearest bullet is in the unit (the other direction
+  of the overlap), overlap of crude stems (first 5 letters) and of word bigrams, the best
+  coverage by the union of two of the four nearest bullets, numbers found in the nearest bullet
+  and log count of numbers found nowhere, named entities (capitalised spans not at a sentence
+  start) found anywhere / in the nearest bullet, a negation present on one side only, the mean
+  of the top-3 similarities, their spread, the share of bullets above 0.5, and two length
+  interactions (similarity and recall times log unit length);
+- contrast (CONTRAST_NAMES), what sets the unit apart from the other units of its case (a
+  summary's other insights, an answer's other key points): the share of its words in no other
+  unit and how many of those are in its nearest bullet / anywhere, whether its nearest bullet is
+  nearer to it than to every other unit and by what margin, and its best similarity as a
+  z-score among the case's unit-bullet similarities. Insights of one subtopic share its topic's
+  words, so plain overlap mistakes "same topic" for "covered"; these see the difference.
 
+Only dot products of the vectors are used, so any sentence encoder fits.
 Citations ([3], [3, 7]) and markdown markers are stripped before anything is compared.
 """
 
@@ -33,7 +47,7 @@ MARKER_RE = re.compile(r"^\s*(?:[*\-\u2022]+|#+|\d+[.)])\s+")
 EMPHASIS_RE = re.compile(r"\*\*|__|`")
 NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
 
-FEATURE_NAMES = (
+BASE_NAMES = (
     "sim_top1",
     "sim_top2",
     "sim_gap",
@@ -81,13 +95,13 @@ class Row:
     top: int | None  # 0-based index of the most similar bullet; None when there are none
 
 
-def unit_rows(
+def base_rows(
     units: Sequence[str],
     bullets: Sequence[str],
     unit_vecs: Array,
     bullet_vecs: Array,
 ) -> list[Row]:
-    """Feature rows for each unit of `units` against the candidate `bullets`.
+    """The BASE_NAMES features of each unit of `units` against the candidate `bullets`.
 
     Texts are the cleaned texts (see :func:`clean_text`); vectors are their embeddings."""
     n = len(bullets)
@@ -169,7 +183,6 @@ ALIGN_NAMES = (
     "sim_x_len",
     "recall_x_len",
 )
-FEATURE_NAMES_V2 = FEATURE_NAMES + ALIGN_NAMES
 
 
 def stems(words: set[str]) -> set[str]:
@@ -197,9 +210,9 @@ def align_values(
     unit: str, bullets: Sequence[str], sims: npt.NDArray[np.floating], base: tuple[float, ...]
 ) -> tuple[float, ...]:
     """The ALIGN_NAMES features of one unit against its candidate's bullets (sims: its cosine
-    similarity to each bullet; base: its FEATURE_NAMES values)."""
+    similarity to each bullet; base: its BASE_NAMES values)."""
     n = len(bullets)
-    log_len = base[FEATURE_NAMES.index("log_unit_words")]
+    log_len = base[BASE_NAMES.index("log_unit_words")]
     if n == 0:
         return (0.0,) * 10 + (float(bool(entities(unit))),) + (0.0,) * 6
     order = np.argsort(-sims, kind="stable")
@@ -221,7 +234,7 @@ def align_values(
     joined = " ".join(bullets).lower()
     top_text = bullets[top].lower()
     top3 = sims[order[:3]]
-    recall_top1 = base[FEATURE_NAMES.index("recall_top1")]
+    recall_top1 = base[BASE_NAMES.index("recall_top1")]
     return (
         _share(top_words, words),
         _share(ws, bs[top]),
@@ -243,14 +256,14 @@ def align_values(
     )
 
 
-def unit_rows_v2(
+def aligned_rows(
     units: Sequence[str],
     bullets: Sequence[str],
     unit_vecs: Array,
     bullet_vecs: Array,
 ) -> list[Row]:
-    """:func:`unit_rows` plus the alignment features (FEATURE_NAMES_V2)."""
-    base = unit_rows(units, bullets, unit_vecs, bullet_vecs)
+    """:func:`base_rows` plus the alignment features (BASE_NAMES + ALIGN_NAMES)."""
+    base = base_rows(units, bullets, unit_vecs, bullet_vecs)
     sims = unit_vecs @ bullet_vecs.T if bullets else np.zeros((len(units), 0))
     return [
         Row(values=r.values + align_values(u, bullets, sims[i], r.values), top=r.top)
@@ -268,7 +281,7 @@ CONTRAST_NAMES = (
     "sim_margin_units",
     "sim_z_case",
 )
-FEATURE_NAMES_V3 = FEATURE_NAMES_V2 + CONTRAST_NAMES
+FEATURE_NAMES = BASE_NAMES + ALIGN_NAMES + CONTRAST_NAMES
 
 
 def contrast_values(
@@ -309,14 +322,18 @@ def contrast_values(
     return out
 
 
-def unit_rows_v3(
+def unit_rows(
     units: Sequence[str],
     bullets: Sequence[str],
     unit_vecs: Array,
     bullet_vecs: Array,
 ) -> list[Row]:
-    """:func:`unit_rows_v2` plus the contrast features (FEATURE_NAMES_V3)."""
-    rows = unit_rows_v2(units, bullets, unit_vecs, bullet_vecs)
+    """Feature rows (FEATURE_NAMES) for each unit of `units` against the candidate `bullets`:
+    :func:`aligned_rows` plus the contrast features.
+
+    Texts are the cleaned texts (see :func:`clean_text`); vectors are their embeddings (any
+    encoder: only their dot products are used)."""
+    rows = aligned_rows(units, bullets, unit_vecs, bullet_vecs)
     sims = unit_vecs @ bullet_vecs.T if bullets else np.zeros((len(units), 0))
     extra = contrast_values(units, bullets, sims)
     return [Row(values=r.values + e, top=r.top) for r, e in zip(rows, extra, strict=True)]

@@ -7,9 +7,10 @@ Nothing leaves the machine; it runs on CPU with the numpy MiniLM of `pipeline.re
 
 The model file is JSON (see :func:`pipeline.local_judge.train.fit`): the feature names, the
 standardisation (mean, scale), the coefficients and intercepts of the three classes, and a
-description of the training data. Probabilities are the softmax of the linear scores; the
-model was fit on log loss, which is what makes them calibrated (the training stage reports the
-calibration error on held-out haystacks). The label is the most probable class.
+description of the training data. Probabilities are the softmax of the linear scores, fit on
+log loss; with `train.class_weight: balanced` (the default) the classes weigh equally, so they
+are calibrated to equal class priors rather than to GPT-4o's training mix (mostly FULL), which
+is what agrees best with people (docs/local_judge.md). The label is the most probable class.
 """
 
 from __future__ import annotations

@@ -12,7 +12,16 @@ import pytest
 from pipeline.core.errors import DataError
 from pipeline.core.records import LabelledCase
 from pipeline.local_judge.embeddings import Embedder, EmbeddingCache, text_key
-from pipeline.local_judge.features import FEATURE_NAMES, clean_text, numbers, unit_rows
+from pipeline.local_judge.features import (
+    ALIGN_NAMES,
+    CONTRAST_NAMES,
+    FEATURE_NAMES,
+    clean_text,
+    entities,
+    negated,
+    numbers,
+    unit_rows,
+)
 from pipeline.local_judge.model import LocalJudge
 from pipeline.local_judge.train import (
     Matrix,
@@ -66,6 +75,47 @@ def test_unit_rows_hand_computed() -> None:
     assert f["log_unit_words"] == pytest.approx(math.log1p(6))
     assert f["log_top1_words"] == pytest.approx(math.log1p(5))
     assert f["log_n_bullets"] == pytest.approx(math.log(3))
+
+
+def test_alignment_features_hand_computed() -> None:
+    """What a verdict turns on: the other direction of the overlap, stems, bigrams, numbers in
+    the nearest bullet, named entities and a negation on one side only."""
+    units = ["Prices at Acme Corp did not rise 5 percent in 2023"]
+    bullets = ["Acme Corp prices rose in 2023", "Weather was mild"]
+    (row,) = unit_rows(
+        units, bullets, _unit([1, 0])[None, :], np.stack([_unit([1, 0.2]), _unit([0, 1])])
+    )
+    f = dict(zip(FEATURE_NAMES, row.values, strict=True))
+    assert set(ALIGN_NAMES) | set(CONTRAST_NAMES) <= set(f)
+    # unit words {prices, acme, corp, rise, 5, percent, 2023}; bullet {acme, corp, prices, rose, 2023}
+    assert f["prec_top1"] == pytest.approx(4 / 5)
+    assert f["recall_top1"] == pytest.approx(4 / 7)
+    assert f["recall_top1_stem"] == pytest.approx(4 / 7)  # "price" stems; rise/rose do not
+    assert f["bigram_top1"] == pytest.approx(1 / 6)  # (acme, corp) of 6 bigrams
+    assert f["numbers_top1"] == pytest.approx(1 / 2)
+    assert f["log_numbers_missing"] == pytest.approx(math.log1p(1))  # 5 is nowhere
+    assert f["entities_found"] == f["entities_top1"] == f["has_entities"] == 1.0
+    assert f["negation_mismatch"] == 1.0
+    assert f["share_sim_above_half"] == pytest.approx(0.5)
+    assert entities("Sales at Foot Locker fell. Then Nike left.") == {"foot locker", "nike"}
+    assert negated("it didn't") and negated("No rise") and not negated("nothing changed")
+
+
+def test_contrast_features_tell_topic_words_from_an_insight_own_words() -> None:
+    """Two insights of one topic share "store"; the bullet holds the first one's own words."""
+    units = ["store sales rose", "store staff left"]
+    bullets = ["sales rose at the store"]
+    u = np.stack([_unit([1, 0]), _unit([0, 1])])
+    first, second = unit_rows(units, bullets, u, _unit([1, 0.5])[None, :])
+    f1 = dict(zip(FEATURE_NAMES, first.values, strict=True))
+    f2 = dict(zip(FEATURE_NAMES, second.values, strict=True))
+    assert f1["distinct_share"] == f2["distinct_share"] == pytest.approx(2 / 3)
+    assert (f1["distinct_top1"], f2["distinct_top1"]) == (1.0, 0.0)
+    assert (f1["top_is_mine"], f2["top_is_mine"]) == (1.0, 0.0)
+    margin = (1 - 0.5) / math.hypot(1, 0.5)
+    assert f1["sim_margin_units"] == pytest.approx(margin)
+    assert f2["sim_margin_units"] == pytest.approx(-margin)
+    assert (f1["sim_z_case"], f2["sim_z_case"]) == (pytest.approx(1.0), pytest.approx(-1.0))
 
 
 def test_unit_rows_without_bullets() -> None:
