@@ -50,9 +50,9 @@ from pipeline.core.registry import get  # noqa: E402
 from pipeline.local_judge.embeddings import Embedder, default_cache_path  # noqa: E402
 from pipeline.local_judge.features import (  # noqa: E402
     Row,
-    clean_text,
     aligned_rows,
     base_rows,
+    clean_text,
     unit_rows,
 )
 from pipeline.local_judge.model import LABELS, LocalJudge, LocalVerdict  # noqa: E402

@@ -32,9 +32,11 @@ Citations ([3], [3, 7]) and markdown markers are stripped before anything is com
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,7 +85,7 @@ def numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in NUMBER_RE.findall(CITATION_RE.sub(" ", text))}
 
 
-def _share(part: set[str], whole: set[str]) -> float:
+def _share(part: AbstractSet[Hashable], whole: AbstractSet[Hashable]) -> float:
     return len(part & whole) / len(part) if part else 0.0
 
 
@@ -156,11 +158,26 @@ def base_rows(
     return rows
 
 
-# ---------------------------------------------------------------- alignment features (v2)
+# ---------------------------------------------------------------- alignment
 
 ENTITY_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*)")
 NEGATION = frozenset(
-    "not no never none nor neither without cannot lack lacks lacking fail fails failed".split()
+    (
+        "not",
+        "no",
+        "never",
+        "none",
+        "nor",
+        "neither",
+        "without",
+        "cannot",
+        "lack",
+        "lacks",
+        "lacking",
+        "fail",
+        "fails",
+        "failed",
+    )
 )
 STEM = 5  # crude stemming: a word's first letters (covers plural, tense, -ing/-tion variants)
 
@@ -191,7 +208,7 @@ def stems(words: set[str]) -> set[str]:
 
 def bigrams(text: str) -> set[tuple[str, str]]:
     toks = tokenize(text, stopwords=True)
-    return set(zip(toks, toks[1:], strict=False))
+    return set(itertools.pairwise(toks))
 
 
 def entities(text: str) -> set[str]:
@@ -241,7 +258,7 @@ def align_values(
         _share(ws, all_stems),
         best2,
         _share(ub, bb[top]),
-        _share(ub, set().union(*bb)),
+        _share(ub, set[tuple[str, str]]().union(*bb)),
         _share(nums, numbers(bullets[top])) if nums else 0.0,
         math.log1p(len(nums - all_nums)),
         sum(e in joined for e in ents) / len(ents) if ents else 0.0,
@@ -271,7 +288,7 @@ def aligned_rows(
     ]
 
 
-# ---------------------------------------------------------------- contrast with the other units (v3)
+# ---------------------------------------------------------------- contrast with the other units
 
 CONTRAST_NAMES = (
     "distinct_share",
@@ -293,7 +310,7 @@ def contrast_values(
     its best similarity as a z-score among all unit-bullet similarities of the case."""
     words = [content_words(u) for u in units]
     n = len(bullets)
-    out = []
+    out: list[tuple[float, ...]] = []
     flat = sims.ravel() if n else np.zeros(0)
     mu, sd = (float(flat.mean()), float(flat.std())) if flat.size else (0.0, 0.0)
     bw = [content_words(b) for b in bullets]

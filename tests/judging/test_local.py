@@ -87,7 +87,8 @@ def test_alignment_features_hand_computed() -> None:
     )
     f = dict(zip(FEATURE_NAMES, row.values, strict=True))
     assert set(ALIGN_NAMES) | set(CONTRAST_NAMES) <= set(f)
-    # unit words {prices, acme, corp, rise, 5, percent, 2023}; bullet {acme, corp, prices, rose, 2023}
+    # unit words {prices, acme, corp, rise, 5, percent, 2023};
+    # bullet words {acme, corp, prices, rose, 2023}
     assert f["prec_top1"] == pytest.approx(4 / 5)
     assert f["recall_top1"] == pytest.approx(4 / 7)
     assert f["recall_top1_stem"] == pytest.approx(4 / 7)  # "price" stems; rise/rose do not
