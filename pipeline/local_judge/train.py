@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]
 from sklearn.metrics import cohen_kappa_score, confusion_matrix  # type: ignore[import-untyped]
+from threadpoolctl import threadpool_limits
 
 from pipeline.core.records import LabelledCase
 from pipeline.local_judge.embeddings import ENCODER_ID, Embedder
@@ -58,7 +59,11 @@ def fit(x: np.ndarray, y: np.ndarray, *, c: float, class_weight: str | None) -> 
     scale = np.round(x.std(axis=0), 8)
     scale[scale < 1e-6] = 1.0  # a constant feature
     clf = LogisticRegression(C=c, class_weight=class_weight, max_iter=2000, tol=1e-8)
-    clf.fit((x - mean) / scale, y)
+    # One BLAS thread: with more, the solver's sums round differently and the coefficients of
+    # the 37 correlated features moved by up to 2e-4 (other bytes); on shared cores it is also
+    # the faster (the whole fit takes seconds).
+    with threadpool_limits(limits=1):
+        clf.fit((x - mean) / scale, y)
     if list(clf.classes_) != [0, 1, 2]:
         raise ValueError(f"training data lacks a class: {list(clf.classes_)}")
     return LinearModel(
