@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 
+# Before any test module imports numpy: pipeline pins the float kernels (OpenBLAS Haswell, no
+# AVX-512 dispatch) through environment variables that only act before numpy loads. Without this,
+# on an AVX-512 machine the test process rounds differently from the stages and their workers.
+import pipeline  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
