@@ -444,6 +444,16 @@ class JudgeInfo:
     provider: str
     sha: str
     cost_usd: float | None = None
+    # For the judge card (pipeline/core/cards.py): the verdicts this judge made here; whether
+    # it calls no paid model (its cost is 0); answers that came without token usage (its cost
+    # is unknown); the measured wall time of its judging, what the clock covered and the stage
+    # that records it as run state (None: not timed, e.g. replayed from a release).
+    n_judgements: int = 0
+    free: bool = False
+    usage_missing: int = 0
+    wall_s: float | None = None
+    timed: str = ""
+    timing_stage: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo
+from pipeline.core.cards import read_throughput, throughput, write_throughput
 from pipeline.core.config import OpenAIJudge, Params, PublishedJudge
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import (
@@ -84,18 +86,47 @@ def judge_labelled(
             )
         elif isinstance(spec, OpenAIJudge):
             stage = agreement_stage(bench.name, name)
+            started = time.perf_counter()
             js, report = llm_judgements(bench, ctx, name, spec, items, llm_gens, stage, root)
+            wall = time.perf_counter() - started
             finish_llm_stage(stage, root, report, [j for j in js if j.status == "error"])
             sha = ",".join(sorted({j.judge_prompt_sha for j in js})) or "none"
             judged[name] = ag.labels(labelled, js)
+            reused = report.cache_hits + report.journal_hits
             info[name] = JudgeInfo(
-                "judged by lfbench", spec.provider, sha, float(sum(j.usage.cost_usd for j in js))
+                "judged by lfbench",
+                spec.provider,
+                sha,
+                float(sum(j.usage.cost_usd for j in js)),
+                n_judgements=sum(len(j.verdicts) for j in js),
+                wall_s=wall,
+                timed=(
+                    f"this run's judge calls on {len(llm_gens)} labelled outputs, repairs"
+                    f" included; {reused} of {report.items} answers came from the cache or"
+                    " journal"
+                ),
+                usage_missing=report.usage_missing,
+                timing_stage=agreement_stage(bench.name),
             )
         else:
+            started = time.perf_counter()
             cj = coverage_judge(bench, name, spec, root)
             js = coverage_judgements(bench, ctx, name, cj, items, gens)
+            wall = time.perf_counter() - started
             judged[name] = ag.labels(labelled, js)
-            info[name] = JudgeInfo("judged by lfbench", spec.provider, cj.sha)
+            info[name] = JudgeInfo(
+                "judged by lfbench",
+                spec.provider,
+                cj.sha,
+                n_judgements=sum(len(j.verdicts) for j in js),
+                wall_s=wall,
+                timed=(
+                    f"loading the judge and judging {len(gens)} labelled outputs in this run"
+                    " (embeddings read from the cache where it holds them)"
+                ),
+                free=True,
+                timing_stage=agreement_stage(bench.name),
+            )
     return judged, info
 
 
@@ -140,6 +171,22 @@ def agreement(
     if judgements_dir is not None and ag.judge_vs_judge(ctx.section):
         units = pipeline_units(bench, ctx, judgements_dir)
     result = ag.evaluate(ctx, labelled, judged, info, units, file_digest(labels))
+    speeds = [
+        throughput(name, i.timing_stage, i.n_judgements, i.wall_s, i.timed)
+        for name, i in info.items()
+        if i.timing_stage is not None and i.wall_s is not None
+    ]
+    for t in speeds:
+        log.info(
+            "judge %s: %d verdicts in %.1f s (%s judgements/s; %s)",
+            t.judge,
+            t.n_judgements,
+            t.wall_s,
+            "-" if t.judgements_per_second is None else f"{t.judgements_per_second:.1f}",
+            t.measures,
+        )
+    if project_judges:  # run state, never in the metrics file: the report joins it to the cards
+        write_throughput(root, agreement_stage(bench.name), speeds)
     write_json(out, {"rows": result.rows})
     log.info("wrote %s: %d agreement rows", out, len(result.rows))
     if report_path is not None:
@@ -167,8 +214,16 @@ def log_runs(
         "dvc.stage_md5": stage_md5_of(root, stage),
     }
     plot = {plot_path.name: plot_path.read_bytes()} if plot_path and plot_path.exists() else {}
-    specs = [
-        run_spec(bench, ctx.params, dataclasses.replace(row, plots=plot), lineage=lineage)
-        for row in capability(bench).run_rows(ctx, rows)
-    ]
+    speeds = read_throughput(root, stage)
+    specs = []
+    for row in capability(bench).run_rows(ctx, rows):
+        judge = row.params.get("judge", "")
+        if row.tags.get("agreement.reference") == "human" and judge in speeds:
+            t = speeds[judge]
+            row.metrics["card.wall_s"] = t.wall_s
+            if t.judgements_per_second is not None:
+                row.metrics["card.judgements_per_second"] = t.judgements_per_second
+        specs.append(
+            run_spec(bench, ctx.params, dataclasses.replace(row, plots=plot), lineage=lineage)
+        )
     log_sync(EXPERIMENT, sync(EXPERIMENT, specs, root, producer=stage))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge
+from pipeline.core.cards import Throughput, throughput, write_throughput
 from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params, PublishedJudge
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import read_jsonl, write_jsonl
@@ -241,6 +242,7 @@ def judge(
     ctx = context(bench, params, root, data_dir)
     dataset = read_dataset(bench, dataset_path)
     report: UsageReport
+    speed: Throughput | None = None  # how fast it judged: run state (.lfbench/timing)
     if isinstance(spec, PublishedJudge):
         js = bench.offline_judgements(ctx, judge_name, spec, dataset, gens)
         report = no_usage(stage)
@@ -248,7 +250,17 @@ def judge(
         items = bench.items(dataset)
         todo = judgeable(items, gens, str(generations_path))
         if isinstance(spec, OpenAIJudge):
+            started = time.perf_counter()
             js, report = llm_judgements(bench, ctx, judge_name, spec, items, todo, stage, root)
+            reused = report.cache_hits + report.journal_hits
+            speed = throughput(
+                judge_name,
+                stage,
+                sum(len(j.verdicts) for j in js),
+                time.perf_counter() - started,
+                f"this run's judge calls on {len(todo)} outputs, repairs included; {reused} of"
+                f" {report.items} answers came from the cache or journal",
+            )
         elif not isinstance(spec, LocalJudge) and (
             bench.coverage is None or bench.coverage.judge(spec) is None
         ):
@@ -268,9 +280,20 @@ def judge(
             # The usage file is a DVC output: a stage that calls no model records its counts
             # only, so a re-run anywhere writes the same bytes; its time is in the log.
             report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})
-            log.info("%s: %d judgements in %.1f s", stage, len(js), time.perf_counter() - started)
+            wall = time.perf_counter() - started
+            log.info("%s: %d judgements in %.1f s", stage, len(js), wall)
+            speed = throughput(
+                judge_name,
+                stage,
+                sum(len(j.verdicts) for j in js),
+                wall,
+                f"loading the judge and judging {len(todo)} outputs in this run (embeddings"
+                " read from the cache where it holds them)",
+            )
     write_jsonl(out, js)
     write_usage(usage_path(out), report)
+    if speed is not None:
+        write_throughput(root, stage, [speed])
     n_invalid = sum(1 for j in js for v in j.verdicts if v.status == "invalid")
     log.info("wrote %s: %d judgements, %d invalid verdicts", out, len(js), n_invalid)
     if n_invalid:

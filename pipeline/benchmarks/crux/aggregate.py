@@ -27,6 +27,7 @@ from pipeline.benchmarks.crux.judging import LABELS_SHA, split_target
 from pipeline.benchmarks.crux.params import CruxParams, CruxScoring
 from pipeline.benchmarks.crux.schema import Collection, Query, QueryView
 from pipeline.core.benchmark import Run, RunRow
+from pipeline.core.cards import CostStatus, JudgeCard, card, cost_per_1000
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement
 from pipeline.core.results import (
@@ -266,6 +267,7 @@ def label_agreement(
         if is_labels(run):
             continue
         pairs: dict[tuple[str, str, int], tuple[int, int]] = {}
+        scores: dict[tuple[str, str, int], tuple[int, int]] = {}  # the 0-5 ratings
         invalid: set[tuple[str, str, int]] = set()
         for j in run.judgements:
             view = qviews[j.item_id]
@@ -276,9 +278,11 @@ def label_agreement(
                     int(rating >= eta),
                     int(view.query.rating(pid, i) >= eta),
                 )
+                scores[(j.item_id, pid, i)] = (rating, view.query.rating(pid, i))
         domain_of = {item: qviews[item].query.domain for item, _, _ in pairs}
         domains = sorted(set(domain_of.values()))
-        for domain in [*domains, "all"] if len(domains) > 1 else domains:
+        overall = [*domains, "all"] if len(domains) > 1 else domains
+        for domain in overall:
             keys = [k for k in pairs if domain in ("all", domain_of[k[0]])]
             a = np.asarray([pairs[k][0] for k in keys])
             b = np.asarray([pairs[k][1] for k in keys])
@@ -302,7 +306,54 @@ def label_agreement(
                     "answerable_labels": float(b.mean()),
                 }
             )
+            if domain == overall[-1]:  # the judge's card: over all its pairs
+                out[-1]["card"] = label_card(section, run, keys, pairs, scores, seed).model_dump()
     return out
+
+
+def judge_cost(run: Run) -> tuple[CostStatus, float | None, str]:
+    """Dollars per 1,000 ratings from the recorded usage of the run's judgements: 0 when they
+    made no model call, unknown when a call came back without token usage."""
+    js = run.judgements
+    n = sum(len(j.verdicts) for j in js)
+    if all(j.usage.requests == 0 and j.usage.cost_usd == 0 for j in js):
+        return cost_per_1000(0.0, n, free=True, note="made no model call")
+    blind = sum(
+        1 for j in js if j.usage.requests > 0 and j.usage.input_tokens + j.usage.output_tokens == 0
+    )
+    if blind:
+        return cost_per_1000(None, n, note=f"{blind} judgements came without token usage")
+    return cost_per_1000(sum(j.usage.cost_usd for j in js), n)
+
+
+def label_card(
+    section: CruxParams,
+    run: Run,
+    keys: Sequence[tuple[str, str, int]],
+    pairs: Mapping[tuple[str, str, int], tuple[int, int]],
+    scores: Mapping[tuple[str, str, int], tuple[int, int]],
+    seed: int,
+) -> JudgeCard:
+    """The judge's card against the labels (pipeline/core/cards.py): kappa of the answerable
+    decision with its interval over pairs, Pearson of the 0-5 ratings, cost; no linking (a
+    rating names no evidence). Its throughput is the judge stage's (run state)."""
+    from pipeline.metrics.agreement import pearson
+
+    r = pearson([scores[k][0] for k in keys], [scores[k][1] for k in keys]) if keys else math.nan
+    return card(
+        judge=run.judge,
+        reference="labels",
+        unit="passage rating on one sub-question",
+        judge_labels=[pairs[k][0] for k in keys],
+        reference_labels=[pairs[k][1] for k in keys],
+        categories=[0, 1],
+        kappa_kind=f"Cohen, answerable or not (rating >= {section.scoring.eta})",
+        pearson=None if math.isnan(r) else r,
+        n_resamples=section.scoring.bootstrap_resamples,
+        seed=seed,
+        cost=judge_cost(run),
+        throughput_stage=None,
+    )
 
 
 # ---------------------------------------------------------------- contexts vs answers

@@ -40,6 +40,7 @@ import numpy as np
 from pipeline.benchmarks.summhay.params import SummhayParams
 from pipeline.benchmarks.summhay.scoring import count_words, extract_bullets
 from pipeline.core.benchmark import AgreementResult, Context, HumanAgreement, JudgeInfo, RunRow
+from pipeline.core.cards import CostStatus, JudgeCard, card, card_metrics, cost_per_1000
 from pipeline.core.config import Params
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement
@@ -576,6 +577,43 @@ def pipeline_labels(judgements: Sequence[Judgement]) -> dict[tuple[str, str], La
     return out
 
 
+# ---------------------------------------------------------------- the judge card
+
+
+def judge_cost(info: JudgeInfo) -> tuple[CostStatus, float | None, str]:
+    """A judge's cost per 1,000 insight verdicts, from the recorded cost of its calls here."""
+    if info.free:
+        return cost_per_1000(0.0, info.n_judgements, free=True, note="calls no paid model")
+    if info.cost_usd is None:
+        return cost_per_1000(None, 0, note="replayed from the release: its cost was not recorded")
+    if info.usage_missing:
+        note = f"{info.usage_missing} answers came without token usage"
+        return cost_per_1000(None, 0, note=note)
+    return cost_per_1000(info.cost_usd, info.n_judgements)
+
+
+def judge_card(
+    name: str, pair: Pair, row: Mapping[str, Any], info: JudgeInfo, n_boot: int, seed: int
+) -> JudgeCard:
+    """The judge's card against the human labels (pipeline/core/cards.py): kappa of the three
+    classes with its interval over insights, Pearson, linking accuracy, cost, throughput."""
+    return card(
+        judge=name,
+        reference="human",
+        unit="insight verdict",
+        judge_labels=[x.cls for x in pair.judge],
+        reference_labels=[x.cls for x in pair.reference],
+        categories=CLASSES,
+        kappa_kind="Cohen, 3 classes (full / partial / none), unweighted",
+        pearson=row.get("pearson"),
+        n_resamples=n_boot,
+        seed=seed,
+        cost=judge_cost(info),
+        throughput_stage=info.timing_stage,
+        linking=(row.get("linking_accuracy"), int(row.get("n_linked", 0))),
+    )
+
+
 # ---------------------------------------------------------------- the rows
 
 
@@ -603,10 +641,12 @@ def agreement_rows(
             "judge_provider": info[name].provider,
             "judge_prompt_sha": info[name].sha,
         }
-        row |= compare_or_empty(human_pair(samples, labels), n_boot, seed)
+        pair = human_pair(samples, labels)
+        row |= compare_or_empty(pair, n_boot, seed)
         row["n_samples"] = len(samples)
         if info[name].cost_usd is not None:
             row["cost_usd"] = info[name].cost_usd
+        row["card"] = judge_card(name, pair, row, info[name], n_boot, seed).model_dump()
         bs = bias(samples, labels)
         biases[name] = bs
         row |= {
@@ -666,6 +706,8 @@ def run_rows(params: Params, rows: Sequence[Mapping[str, Any]]) -> list[RunRow]:
                     metrics[key] = float(row[key])
         if row.get("cohen_kappa") is not None:
             metrics["kappa"] = float(row["cohen_kappa"])
+        if row.get("card") is not None:
+            metrics |= card_metrics(JudgeCard.model_validate(row["card"]))
         judge = row["judge"]
         out.append(
             RunRow(

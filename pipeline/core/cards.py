@@ -1,0 +1,246 @@
+"""A judge card: what one judge is worth, next to what it costs, in one small record.
+
+Each benchmark's agreement code builds one card per judge measured against people (SummHay's
+human labels, CRUX's labels) with `card()`; it goes into the agreement row under the key
+`card` (metrics/agreement.json, the `agreement` list of metrics/crux.json) and the report
+draws every card in one table, "Judge cards".
+
+Fields and where they come from:
+
+- `kappa`, `kappa_ci_low/high`: Cohen's kappa of the judge's labels against the reference's on
+  the same units (`kappa_kind` says which classes), with a seeded 95% percentile-bootstrap
+  interval resampling the label pairs (`kappa_interval`);
+- `pearson`: Pearson correlation of the judge's scores and the reference's on those units;
+- `linking_accuracy` (percent) and `n_linked`: where the judge names the evidence a unit rests
+  on (SummHay: the summary bullet covering an insight), how often it is the bullet the people
+  chose; None where the benchmark has no such link;
+- `cost_per_1000`: US dollars per 1,000 judgements (`unit` says what one judgement is), from
+  the recorded cost of the judge's calls that made these judgements; 0 for a judge that calls
+  no paid model (the local judge, a no-model judge); None ("unknown") when some answers came
+  without token usage (`usage_missing`) or the judgements were replayed from a release whose
+  cost was not recorded. `cost_status` says which;
+- throughput (`Throughput`, run state, not in the card): judgements per second of the measured
+  wall time of the judging, and what the clock covered. The stage that judged writes it to
+  `.lfbench/timing/<stage>.json` (`write_throughput`); the report joins it to the card. Wall
+  time is run state: like the usage summary's, it never goes into a metrics file (those are
+  the same bytes wherever they are re-made).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+CostStatus = Literal["measured", "free", "unknown"]
+
+
+class JudgeCard(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    judge: str
+    reference: str
+    unit: str
+    n: int
+    kappa_kind: str
+    kappa: float | None
+    kappa_ci_low: float | None
+    kappa_ci_high: float | None
+    n_resamples: int
+    pearson: float | None
+    linking_accuracy: float | None = None
+    n_linked: int | None = None
+    cost_status: CostStatus
+    cost_per_1000: float | None
+    cost_note: str
+    throughput_stage: str | None  # the stage whose `.lfbench/timing/<stage>.json` times it
+
+
+class Throughput(BaseModel):
+    """How fast one judge judged, in one run of one stage (run state)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    judge: str
+    stage: str
+    n_judgements: int
+    wall_s: float
+    judgements_per_second: float | None
+    measures: str
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def kappa_interval(
+    judge: Sequence[Hashable],
+    reference: Sequence[Hashable],
+    categories: Sequence[Hashable],
+    *,
+    n_resamples: int,
+    seed: int,
+) -> tuple[float | None, float | None, float | None]:
+    """Cohen's kappa (unweighted) and its 95% percentile-bootstrap interval, resampling the
+    label pairs with a seeded generator. None where undefined (a single category)."""
+    import numpy as np
+
+    from pipeline.metrics.agreement import bootstrap_ci, cohen_kappa
+
+    code = {c: i for i, c in enumerate(categories)}
+    a = np.asarray([code[x] for x in judge])
+    b = np.asarray([code[x] for x in reference])
+    cats = list(range(len(categories)))
+
+    def stat(x: np.ndarray, y: np.ndarray) -> float:
+        return cohen_kappa(x, y, categories=cats)  # type: ignore[arg-type]
+
+    if n_resamples == 0:
+        return _num(stat(a, b)), None, None
+    ci = bootstrap_ci(stat, a, b, n_resamples=n_resamples, seed=seed)
+    return _num(ci.estimate), _num(ci.low), _num(ci.high)
+
+
+def cost_per_1000(
+    cost_usd: float | None, n_judgements: int, *, free: bool = False, note: str = ""
+) -> tuple[CostStatus, float | None, str]:
+    """(status, dollars per 1,000 judgements, note) from a judge's recorded cost."""
+    if free:
+        return "free", 0.0, note or "calls no paid model"
+    if cost_usd is None or n_judgements == 0:
+        return "unknown", None, note or "cost not recorded"
+    return "measured", cost_usd / n_judgements * 1000.0, note or "recorded cost of the calls"
+
+
+def per_second(n_judgements: int, wall_s: float | None) -> float | None:
+    """Judgements per second of measured wall time (None when nothing was timed)."""
+    if wall_s is None or wall_s <= 0 or n_judgements == 0:
+        return None
+    return n_judgements / wall_s
+
+
+def throughput(
+    judge: str, stage: str, n_judgements: int, wall_s: float, measures: str
+) -> Throughput:
+    return Throughput(
+        judge=judge,
+        stage=stage,
+        n_judgements=n_judgements,
+        wall_s=wall_s,
+        judgements_per_second=per_second(n_judgements, wall_s),
+        measures=measures,
+    )
+
+
+def timing_path(root: Path, stage: str) -> Path:
+    safe = stage.replace("@", "_").replace("/", "_")
+    return root / ".lfbench" / "timing" / f"{safe}.json"
+
+
+def write_throughput(root: Path, stage: str, entries: Sequence[Throughput]) -> Path:
+    """The judges' throughput of one stage run (replaces that stage's earlier record)."""
+    from pipeline.core.io import write_json
+
+    path = timing_path(root, stage)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"stage": stage, "judges": [e.model_dump() for e in entries]})
+    return path
+
+
+def read_throughput(root: Path, stage: str) -> dict[str, Throughput]:
+    """judge -> its throughput in the last run of `stage` here; {} when it did not run here.
+    A malformed record is a DataError naming the file and the field."""
+    from pydantic import ValidationError
+
+    from pipeline.core.errors import DataError
+    from pipeline.core.io import read_json
+
+    path = timing_path(root, stage)
+    if not path.exists():
+        return {}
+    raw = read_json(path)
+    out = {}
+    for n, entry in enumerate(raw.get("judges", []) if isinstance(raw, dict) else [None]):
+        try:
+            t = Throughput.model_validate(entry)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(x) for x in err["loc"])
+            raise DataError(err["msg"], file=str(path), item=f"judges[{n}]", field=field) from e
+        out[t.judge] = t
+    return out
+
+
+def card(
+    *,
+    judge: str,
+    reference: str,
+    unit: str,
+    judge_labels: Sequence[Hashable],
+    reference_labels: Sequence[Hashable],
+    categories: Sequence[Hashable],
+    kappa_kind: str,
+    pearson: float | None,
+    n_resamples: int,
+    seed: int,
+    cost: tuple[CostStatus, float | None, str],
+    throughput_stage: str | None,
+    linking: tuple[float | None, int] | None = None,
+) -> JudgeCard:
+    """One judge's card (see the module's docstring for each field)."""
+    if len(judge_labels) != len(reference_labels):
+        raise ValueError(
+            f"judge {judge}: {len(judge_labels)} labels against {len(reference_labels)}"
+        )
+    if judge_labels:
+        k, lo, hi = kappa_interval(
+            judge_labels, reference_labels, categories, n_resamples=n_resamples, seed=seed
+        )
+    else:
+        k = lo = hi = None
+    status, per_1000, note = cost
+    return JudgeCard(
+        judge=judge,
+        reference=reference,
+        unit=unit,
+        n=len(judge_labels),
+        kappa_kind=kappa_kind,
+        kappa=k,
+        kappa_ci_low=lo,
+        kappa_ci_high=hi,
+        n_resamples=n_resamples,
+        pearson=pearson,
+        linking_accuracy=None if linking is None else linking[0],
+        n_linked=None if linking is None else linking[1],
+        cost_status=status,
+        cost_per_1000=per_1000,
+        cost_note=note,
+        throughput_stage=throughput_stage,
+    )
+
+
+CARD_METRICS = (
+    "kappa",
+    "kappa_ci_low",
+    "kappa_ci_high",
+    "pearson",
+    "linking_accuracy",
+    "cost_per_1000",
+)
+
+
+def card_metrics(card_: JudgeCard, speed: Throughput | None = None) -> dict[str, float]:
+    """The card's numbers as MLflow metrics (`card.<field>`), unknown ones left out; with the
+    judge's throughput in this run when it was timed."""
+    out = {f"card.{k}": getattr(card_, k) for k in CARD_METRICS}
+    metrics = {k: float(v) for k, v in out.items() if v is not None}
+    if card_.cost_status == "unknown":
+        metrics["card.cost_unknown"] = 1.0
+    if speed is not None:
+        metrics["card.wall_s"] = speed.wall_s
+        if speed.judgements_per_second is not None:
+            metrics["card.judgements_per_second"] = speed.judgements_per_second
+    return metrics
