@@ -290,3 +290,73 @@ def test_the_declared_main_metric_ranks_its_way(
     md, _ = build_markdown(tmp_path)
     assert "Ranked by `kpr` (lower is better)" in md
     assert "| j | - | m2: **0.400** | m1: **0.500** | " in md
+
+
+def _card(judge: str, **kw: Any) -> dict[str, Any]:
+    from pipeline.core.cards import card
+
+    c = card(
+        judge=judge,
+        reference=kw.pop("reference", "human"),
+        unit="insight verdict",
+        judge_labels=["y"] * 4 + ["n"] * 4 + ["y", "n"],
+        reference_labels=["y"] * 4 + ["n"] * 4 + ["n", "y"],
+        categories=["n", "y"],
+        kappa_kind="Cohen",
+        pearson=0.6,
+        n_resamples=0,
+        seed=0,
+        cost=kw.pop("cost"),
+        throughput_stage=kw.pop("stage", None),
+        linking=kw.pop("linking", None),
+    )
+    return c.model_dump()
+
+
+def test_report_draws_the_judge_cards(tmp_path: Path) -> None:
+    """One "Judge cards" table: every card of metrics/agreement.json and of a benchmark's
+    agreement list, with the throughput a stage of this clone recorded (run state)."""
+    from pipeline.core.cards import cost_per_1000, throughput, write_throughput
+    from pipeline.tools.report import _cards
+
+    _write(tmp_path, "summhay.json", ROWS)
+    local = _card("local", cost=cost_per_1000(0.0, 10, free=True), stage="summhay-agreement",
+                  linking=(50.0, 2))  # fmt: skip
+    released = _card("gpt", cost=cost_per_1000(None, 0, note="replayed from the release"))
+    rows = [
+        {"benchmark": "summhay", "judge": "local", "reference": "human", "card": local},
+        {"benchmark": "summhay", "judge": "gpt", "reference": "human", "card": released},
+        {"benchmark": "summhay", "judge": "local", "reference": "gpt"},  # judge vs judge: none
+    ]
+    _write(tmp_path, "agreement.json", rows)
+    write_throughput(
+        tmp_path,
+        "summhay-agreement",
+        [throughput("local", "summhay-agreement", 300, 12.0, "loading and judging")],
+    )
+    md = build_report(tmp_path, Path("out"))[1].read_text()
+    assert "## Judge cards" in md
+    assert (
+        "| summhay | local | human | insight verdict | 10 | 0.600 | 0.600 | 50.0 | $0.0000 | 25.0 |"
+        in md
+    )
+    assert (
+        "| summhay | gpt | human | insight verdict | 10 | 0.600 | 0.600 | - |"
+        " unknown (replayed from the release) | - |" in md
+    )
+    assert "- summhay / local: 300 judgements in 12.0 s (summhay-agreement): loading and" in md
+    # a benchmark's own agreement list (CRUX): timed by its judge stage
+    paid = _card("llm", reference="labels", cost=cost_per_1000(0.03, 1500))
+    write_throughput(
+        tmp_path,
+        "crux-judge@ctx-llm",
+        [throughput("llm", "crux-judge@ctx-llm", 50, 10.0, "calls")],
+    )
+    lines = _cards(tmp_path, [("crux.json", "crux", [{"model": "ctx", "card": paid}])])
+    assert (
+        "| crux | llm | labels on ctx | insight verdict | 10 | 0.600 | 0.600 | - | $0.0200 | 5.0 |"
+        in lines
+    )
+    bad = {**paid, "kappa": "high"}
+    with pytest.raises(DataError, match=r"file crux.json, item row 1, field card.kappa"):
+        _cards(tmp_path, [("crux.json", "crux", [{"model": "ctx", "card": bad}])])

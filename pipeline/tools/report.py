@@ -220,6 +220,92 @@ def _agreement(rows: list[dict[str, Any]]) -> list[str]:
     return out + table([*(["benchmark"] if named else []), "judge", "reference", *cols], body)
 
 
+def _cards(root: Path, sources: Sequence[tuple[str, str, list[dict[str, Any]]]]) -> list[str]:
+    """One table of every judge card (pipeline/core/cards.py) in the agreement rows of
+    metrics/agreement.json and of each benchmark's metrics file, with each judge's throughput
+    where a stage of this clone timed it (run state in .lfbench/timing)."""
+    from pydantic import ValidationError
+
+    from pipeline.core.cards import JudgeCard, read_throughput
+    from pipeline.stages.common import judge_stage
+
+    body = []
+    timed: list[str] = []
+    for where, bench, rows in sources:
+        for n, r in enumerate(rows, 1):
+            if r.get("card") is None:
+                continue
+            try:
+                c = JudgeCard.model_validate(r["card"])
+            except ValidationError as e:
+                err = e.errors()[0]
+                field = "card." + ".".join(str(x) for x in err["loc"])
+                raise DataError(err["msg"], file=where, item=f"row {n}", field=field) from e
+            name = str(r.get("benchmark", bench))
+            stage = c.throughput_stage
+            if stage is None and r.get("model") is not None:
+                stage = judge_stage(name, str(r["model"]), c.judge)
+            speed = read_throughput(root, stage).get(c.judge) if stage else None
+            kappa = fmt(c.kappa, 3)
+            if c.kappa_ci_low is not None and c.kappa_ci_high is not None:
+                kappa += f" [{fmt(c.kappa_ci_low, 3)}, {fmt(c.kappa_ci_high, 3)}]"
+            if c.cost_status == "unknown":
+                cost = f"unknown ({c.cost_note})"
+            else:
+                cost = f"${c.cost_per_1000:.4f}" if c.cost_per_1000 is not None else "-"
+            rate = "-"
+            if speed is not None and speed.judgements_per_second is not None:
+                rate = f"{speed.judgements_per_second:.1f}"
+                timed.append(
+                    f"- {name} / {c.judge}: {speed.n_judgements} judgements in"
+                    f" {speed.wall_s:.1f} s ({speed.stage}): {speed.measures}."
+                )
+            ref = c.reference + (f" on {r['model']}" if r.get("model") is not None else "")
+            body.append(
+                [
+                    name,
+                    c.judge,
+                    ref,
+                    c.unit,
+                    fmt(c.n),
+                    kappa,
+                    fmt(c.pearson, 3),
+                    "-" if c.linking_accuracy is None else f"{fmt(c.linking_accuracy, 1)}",
+                    cost,
+                    rate,
+                ]
+            )
+    if not body:
+        return []
+    head = [
+        "benchmark",
+        "judge",
+        "against",
+        "one judgement",
+        "n",
+        "kappa [95% CI]",
+        "Pearson",
+        "linking accuracy (%)",
+        "$ per 1,000 judgements",
+        "judgements/s",
+    ]
+    out = [
+        "## Judge cards",
+        "",
+        "Each judge against people: Cohen's kappa with its 95% bootstrap interval over the"
+        " judged units, Pearson of the scores, linking accuracy where the judge names the"
+        " evidence, the recorded cost per 1,000 judgements (0 for a judge that calls no paid"
+        " model; unknown when usage was not recorded) and judgements per second of wall time"
+        " where a stage of this clone timed the judge (run state, not in the metrics files;"
+        " - when it did not run here).",
+        "",
+        *table(head, body),
+    ]
+    if timed:
+        out += ["What the clock covered:", "", *timed, ""]
+    return out
+
+
 def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     """The report's markdown and its figures, in this order: the headline (each benchmark's
     systems ranked by its main metric), each benchmark's details with its figures (linked as
@@ -242,11 +328,16 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     figs: list[tuple[str, bytes]] = []
     top: list[str] = []
     details: list[str] = []
+    carded: list[tuple[str, str, list[dict[str, Any]]]] = []
+    if agreement is not None:
+        carded.append(("metrics/agreement.json", "", agreement))
     for name in present:
         bench = registry.get(name)
         title = bench.title or bench.name
         where = f"metrics/{name}.json"
         doc = _document(root / where)
+        if isinstance(doc.get("agreement"), list):
+            carded.append((where + " (agreement)", name, doc["agreement"]))
         section = bench.report_section(doc, where)  # checks the rows the benchmark's way
         if bench.metrics:  # the declared main metric (pipeline/core/results.py), with its way
             main = bench.metrics[0]
@@ -279,6 +370,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     lines += details
     if agreement is not None:
         lines += _agreement(agreement)
+    lines += _cards(root, carded)
     lines += ["## Lineage", ""]
     lines += table(["what", "value"], [[k, f"`{v}`"] for k, v in lineage(root, present).items()])
     return "\n".join(lines).rstrip() + "\n", figs

@@ -328,6 +328,17 @@ def test_agreement_stage_rows_and_kappa_runs(repro: tuple[Path, str]) -> None:
     for r in by_judge.values():
         assert r["n"] == 1419
         assert r["cohen_kappa_ci_low"] < r["cohen_kappa"] < r["cohen_kappa_ci_high"]
+        # its judge card: the same kappa and interval (seeded, over the insights), Pearson,
+        # linking accuracy; a replayed release's cost and speed were not recorded: unknown
+        card = r["card"]
+        assert (card["judge"], card["reference"], card["n"]) == (r["judge"], "human", 1419)
+        assert card["kappa"] == pytest.approx(r["cohen_kappa"])
+        assert card["kappa_ci_low"] == pytest.approx(r["cohen_kappa_ci_low"])
+        assert card["kappa_ci_high"] == pytest.approx(r["cohen_kappa_ci_high"])
+        assert card["pearson"] == r["pearson"]
+        assert card["linking_accuracy"] == r["linking_accuracy"] and card["n_linked"] > 0
+        assert (card["cost_status"], card["cost_per_1000"]) == ("unknown", None)
+        assert card["throughput_stage"] is None
     assert round(by_judge["prompted_gpt-4o"]["pearson"], 3) == 0.716
     assert by_judge["published-gpt-4o"]["cohen_kappa"] == by_judge["prompted_gpt-4o"]["cohen_kappa"]
     client = _client(proj)
@@ -338,6 +349,8 @@ def test_agreement_stage_rows_and_kappa_runs(repro: tuple[Path, str]) -> None:
         row = by_judge[mrun.data.tags["judge.name"]]
         assert mrun.data.metrics["kappa"] == pytest.approx(row["cohen_kappa"])
         assert mrun.data.metrics["pearson"] == pytest.approx(row["pearson"])
+        assert mrun.data.metrics["card.kappa"] == pytest.approx(row["card"]["kappa"])
+        assert mrun.data.metrics["card.cost_unknown"] == 1.0
         assert mrun.data.tags["labels.digest"] == _md5(
             proj / "data" / "summhay" / "eval_benchmark_data.json"
         )

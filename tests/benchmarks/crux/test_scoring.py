@@ -156,6 +156,43 @@ def test_another_judge_scored_and_measured_against_the_labels() -> None:
     assert {run.metrics.get("kappa") for run in out.runs if run.judge == "llm"} == {a["kappa"]}
 
 
+def test_the_judge_card_against_the_labels() -> None:
+    """The card (pipeline/core/cards.py) of the judge above: the same kappa 20/28 with its
+    interval, no linking (a rating names no bullet), and its cost per 1,000 ratings from the
+    judgements' recorded usage: 0 without model calls, $0.002 a judgement when they cost it,
+    unknown when a call came back without token usage."""
+    from pipeline.core.records import Usage
+
+    c = ctx()
+    dataset, gens, js = built(c)
+    other = [_rated(j, {target("p1", "q1"): "1"}, {target("p2", "q3")}) for j in js]
+    n_verdicts = sum(len(j.verdicts) for j in other)
+
+    def card_of(judged: list[Judgement]) -> dict[str, Any]:
+        runs = [Run("ctx", "labels", gens, js), Run("ctx", "llm", gens, judged)]
+        (a,) = BENCH.aggregate(c, dataset, runs).metrics["agreement"]
+        return dict(a["card"])
+
+    free = card_of(other)
+    assert (free["judge"], free["reference"], free["n"]) == ("llm", "labels", 8)
+    assert free["kappa"] == pytest.approx(20 / 28)
+    assert free["kappa_ci_low"] <= 20 / 28 <= free["kappa_ci_high"]
+    assert free["pearson"] is not None and -1 <= free["pearson"] < 1
+    assert free["linking_accuracy"] is None and free["n_linked"] is None
+    assert (free["cost_status"], free["cost_per_1000"]) == ("free", 0.0)
+    paid = [
+        j.model_copy(update={"usage": Usage(input_tokens=50, requests=1, cost_usd=0.002)})
+        for j in other
+    ]
+    card = card_of(paid)
+    assert card["cost_status"] == "measured"
+    assert card["cost_per_1000"] == pytest.approx(0.002 * len(other) / n_verdicts * 1000)
+    blind = [j.model_copy(update={"usage": Usage(requests=1)}) for j in other]
+    card = card_of(blind)
+    assert (card["cost_status"], card["cost_per_1000"]) == ("unknown", None)
+    assert f"{len(other)} judgements came without token usage" in card["cost_note"]
+
+
 def test_an_invalid_verdict_inside_the_context_excludes_the_query() -> None:
     c = ctx()
     dataset, gens, js = built(c)
