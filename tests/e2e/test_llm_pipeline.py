@@ -185,6 +185,16 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
         assert vs_human[name]["cohen_kappa"] == pytest.approx(
             cohen_kappa_score(ours, theirs, labels=[0, 1, 2])
         )
+        # its judge card: cost per 1,000 verdicts from the recorded cost; its speed is run
+        # state, recorded by the agreement stage beside the cache (.lfbench/timing)
+        card = vs_human[name]["card"]
+        assert card["cost_status"] == "measured" and card["throughput_stage"] == "summhay-agreement"
+        assert card["cost_per_1000"] == pytest.approx(vs_human[name]["cost_usd"] / n_agree * 1000)
+    from pipeline.core.cards import read_throughput
+
+    speeds = read_throughput(project, "summhay-agreement")
+    assert {speeds[n].n_judgements for n in ("llm", "llm-batch")} == {n_agree}
+    assert all(speeds[n].judgements_per_second for n in ("llm", "llm-batch"))
     [pair] = [r for r in agreement if r["reference"] not in ("human",)]
     assert {pair["judge"], pair["reference"]} == {"llm", "llm-batch"}
     assert pair["n"] == n_verdicts and pair["exact_agreement"] == 1.0  # the same scripted labels

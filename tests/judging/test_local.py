@@ -270,6 +270,10 @@ def test_agreement_stage_scores_annotated_summaries_with_the_local_judge(tmp_pat
     samples = bench.agreement.load(ctx, json.loads(labels.read_text()), str(labels))
     judged, info = judge_labelled(bench, ctx, samples, {}, tmp_path)
     assert len(info["local"].sha) == 64 and info["local"].source == "judged by lfbench"
+    # for its judge card: free, 2 verdicts, timed by the agreement stage
+    assert info["local"].free and info["local"].n_judgements == 2
+    assert info["local"].wall_s is not None and info["local"].wall_s > 0
+    assert info["local"].timing_stage == "summhay-agreement"
     got = judged["local"][samples[0].sample_id]
     assert got["i1"] == Label("FULL", 3) == samples[0].human["i1"]
     assert got["i2"] == Label("NO", None)

@@ -63,6 +63,29 @@ def render(
         " several bullets links to none and is left out (`n_multi_link` in the metrics).",
         "",
     ]
+    cards = [r["card"] for r in human if r.get("card") is not None]
+    if cards:
+        out += [
+            "## Judge cards (cost)",
+            "",
+            "Cost per 1,000 insight verdicts, from the recorded cost of the judge's calls here"
+            " (0: calls no paid model; unknown: not recorded). Judgements per second are run"
+            " state, not in this report: `lfbench report` shows them where a stage of the clone"
+            " timed the judge.",
+            "",
+            "| Judge | κ [95% CI] | $ per 1,000 verdicts | cost |",
+            "|---|---|---|---|",
+        ]
+        for c in cards:
+            k = {"cohen_kappa": c["kappa"], "cohen_kappa_ci_low": c["kappa_ci_low"]}
+            k["cohen_kappa_ci_high"] = c["kappa_ci_high"]
+            per_1000 = c["cost_per_1000"]
+            out.append(
+                f"| {c['judge']} | {_ci(k, 'cohen_kappa')} |"
+                f" {'-' if per_1000 is None else f'{per_1000:.4f}'} |"
+                f" {c['cost_status']}: {c['cost_note']} |"
+            )
+        out.append("")
     pairs = [r for r in rows if r["reference"] != "human"]
     if pairs:
         out += [
