@@ -4,7 +4,8 @@ Reads whatever results exist: `metrics/<benchmark>.json` of every registered ben
 `metrics/agreement.json` (judge agreement) when present. In this order: a headline (per
 benchmark, the best rows by its main metric within each comparable group, with intervals where
 the rows carry them, the judge and its kappa against people), each benchmark's own section (its
-table layouts, cost, plots), judge agreement, and last the lineage that makes the numbers
+table layouts, cost, plots), judge agreement, the judge cards (pipeline/core/cards.py, with
+each judge's throughput where a stage of this clone timed it), and last the lineage that makes the numbers
 traceable: dataset and data digests, image or runtime, git commit.
 """
 
