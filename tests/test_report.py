@@ -316,7 +316,8 @@ def _card(judge: str, **kw: Any) -> dict[str, Any]:
 def test_report_draws_the_judge_cards(tmp_path: Path) -> None:
     """One "Judge cards" table: every card of metrics/agreement.json and of a benchmark's
     agreement list, with the throughput a stage of this clone recorded (run state)."""
-    from pipeline.core.cards import cost_per_1000, throughput, write_throughput
+    from pipeline.core.cards import cost_per_1000
+    from pipeline.stages.timing import throughput, write_throughput
     from pipeline.tools.report import _cards
 
     _write(tmp_path, "summhay.json", ROWS)

@@ -19,9 +19,9 @@ Fields and where they come from:
   no paid model (the local judge, a no-model judge); None ("unknown") when some answers came
   without token usage (`usage_missing`) or the judgements were replayed from a release whose
   cost was not recorded. `cost_status` says which;
-- throughput (`Throughput`, run state, not in the card): judgements per second of the measured
-  wall time of the judging, and what the clock covered. The stage that judged writes it to
-  `.lfbench/timing/<stage>.json` (`write_throughput`); the report joins it to the card. Wall
+- throughput (run state, not in the card: `pipeline/stages/timing.py`): judgements per second
+  of the measured wall time of the judging, and what the clock covered. The stage that judged
+  writes it to `.lfbench/timing/<stage>.json`; the report joins it to the card. Wall
   time is run state: like the usage summary's, it never goes into a metrics file (those are
   the same bytes wherever they are re-made).
 """
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -57,19 +56,6 @@ class JudgeCard(BaseModel):
     cost_per_1000: float | None
     cost_note: str
     throughput_stage: str | None  # the stage whose `.lfbench/timing/<stage>.json` times it
-
-
-class Throughput(BaseModel):
-    """How fast one judge judged, in one run of one stage (run state)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    judge: str
-    stage: str
-    n_judgements: int
-    wall_s: float
-    judgements_per_second: float | None
-    measures: str
 
 
 def _num(x: float) -> float | None:
@@ -113,65 +99,6 @@ def cost_per_1000(
     if cost_usd is None or n_judgements == 0:
         return "unknown", None, note or "cost not recorded"
     return "measured", cost_usd / n_judgements * 1000.0, note or "recorded cost of the calls"
-
-
-def per_second(n_judgements: int, wall_s: float | None) -> float | None:
-    """Judgements per second of measured wall time (None when nothing was timed)."""
-    if wall_s is None or wall_s <= 0 or n_judgements == 0:
-        return None
-    return n_judgements / wall_s
-
-
-def throughput(
-    judge: str, stage: str, n_judgements: int, wall_s: float, measures: str
-) -> Throughput:
-    return Throughput(
-        judge=judge,
-        stage=stage,
-        n_judgements=n_judgements,
-        wall_s=wall_s,
-        judgements_per_second=per_second(n_judgements, wall_s),
-        measures=measures,
-    )
-
-
-def timing_path(root: Path, stage: str) -> Path:
-    safe = stage.replace("@", "_").replace("/", "_")
-    return root / ".lfbench" / "timing" / f"{safe}.json"
-
-
-def write_throughput(root: Path, stage: str, entries: Sequence[Throughput]) -> Path:
-    """The judges' throughput of one stage run (replaces that stage's earlier record)."""
-    from pipeline.core.io import write_json
-
-    path = timing_path(root, stage)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"stage": stage, "judges": [e.model_dump() for e in entries]})
-    return path
-
-
-def read_throughput(root: Path, stage: str) -> dict[str, Throughput]:
-    """judge -> its throughput in the last run of `stage` here; {} when it did not run here.
-    A malformed record is a DataError naming the file and the field."""
-    from pydantic import ValidationError
-
-    from pipeline.core.errors import DataError
-    from pipeline.core.io import read_json
-
-    path = timing_path(root, stage)
-    if not path.exists():
-        return {}
-    raw = read_json(path)
-    out = {}
-    for n, entry in enumerate(raw.get("judges", []) if isinstance(raw, dict) else [None]):
-        try:
-            t = Throughput.model_validate(entry)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"])
-            raise DataError(err["msg"], file=str(path), item=f"judges[{n}]", field=field) from e
-        out[t.judge] = t
-    return out
 
 
 def card(
@@ -232,15 +159,11 @@ CARD_METRICS = (
 )
 
 
-def card_metrics(card_: JudgeCard, speed: Throughput | None = None) -> dict[str, float]:
-    """The card's numbers as MLflow metrics (`card.<field>`), unknown ones left out; with the
-    judge's throughput in this run when it was timed."""
+def card_metrics(card_: JudgeCard) -> dict[str, float]:
+    """The card's numbers as MLflow metrics (`card.<field>`), unknown ones left out (the stage
+    adds the judge's throughput in its run, `card.judgements_per_second`, when it timed it)."""
     out = {f"card.{k}": getattr(card_, k) for k in CARD_METRICS}
     metrics = {k: float(v) for k, v in out.items() if v is not None}
     if card_.cost_status == "unknown":
         metrics["card.cost_unknown"] = 1.0
-    if speed is not None:
-        metrics["card.wall_s"] = speed.wall_s
-        if speed.judgements_per_second is not None:
-            metrics["card.judgements_per_second"] = speed.judgements_per_second
     return metrics

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo
-from pipeline.core.cards import read_throughput, throughput, write_throughput
 from pipeline.core.config import OpenAIJudge, Params, PublishedJudge
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import (
@@ -38,6 +37,7 @@ from pipeline.stages.common import (
     stage_md5_of,
 )
 from pipeline.stages.judge import coverage_judge, coverage_judgements, llm_judgements
+from pipeline.stages.timing import read_throughput, throughput, write_throughput
 from pipeline.stages.tracking import sync
 
 log = logging.getLogger(__name__)

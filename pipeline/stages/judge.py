@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge
-from pipeline.core.cards import Throughput, throughput, write_throughput
 from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params, PublishedJudge
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import read_jsonl, write_jsonl
@@ -39,6 +38,7 @@ from pipeline.stages.common import (
     read_dataset,
     usage_path,
 )
+from pipeline.stages.timing import Throughput, throughput, write_throughput
 
 log = logging.getLogger(__name__)
 

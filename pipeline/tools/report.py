@@ -5,8 +5,8 @@ Reads whatever results exist: `metrics/<benchmark>.json` of every registered ben
 benchmark, the best rows by its main metric within each comparable group, with intervals where
 the rows carry them, the judge and its kappa against people), each benchmark's own section (its
 table layouts, cost, plots), judge agreement, the judge cards (pipeline/core/cards.py, with
-each judge's throughput where a stage of this clone timed it), and last the lineage that makes the numbers
-traceable: dataset and data digests, image or runtime, git commit.
+each judge's throughput where a stage of this clone timed it), and last the lineage that makes
+the numbers traceable: dataset and data digests, image or runtime, git commit.
 """
 
 from __future__ import annotations
@@ -227,8 +227,9 @@ def _cards(root: Path, sources: Sequence[tuple[str, str, list[dict[str, Any]]]])
     where a stage of this clone timed it (run state in .lfbench/timing)."""
     from pydantic import ValidationError
 
-    from pipeline.core.cards import JudgeCard, read_throughput
+    from pipeline.core.cards import JudgeCard
     from pipeline.stages.common import judge_stage
+    from pipeline.stages.timing import read_throughput
 
     body = []
     timed: list[str] = []

@@ -190,7 +190,7 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
         card = vs_human[name]["card"]
         assert card["cost_status"] == "measured" and card["throughput_stage"] == "summhay-agreement"
         assert card["cost_per_1000"] == pytest.approx(vs_human[name]["cost_usd"] / n_agree * 1000)
-    from pipeline.core.cards import read_throughput
+    from pipeline.stages.timing import read_throughput
 
     speeds = read_throughput(project, "summhay-agreement")
     assert {speeds[n].n_judgements for n in ("llm", "llm-batch")} == {n_agree}
