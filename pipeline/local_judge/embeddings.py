@@ -9,11 +9,13 @@ stage already embedded reads it instead. Each vector is rounded to float16 preci
 stored and when it is computed, and each text is encoded on its own (no batch padding) with one
 BLAS thread, so a cache hit and a fresh computation give identical numbers on any machine.
 
-Speed. A one-text forward pass is too small for two BLAS threads to help (42 vs 38 texts/s on 2
-cores), and the number of threads changes the float rounding. So the texts are spread over
-worker processes (one per CPU the process may use, `LFBENCH_EMBED_WORKERS` to override), each
-single-threaded: about 2x on 2 cores, and the same bits whatever the number of workers. The
-vectors are stored as each chunk of texts finishes, so an interrupted run keeps what it made.
+The encoder is `pipeline.local_judge.encoder_onnx`: the same MiniLM in ONNX Runtime with int8
+weights (the retrievers keep the numpy float32 one of `pipeline.retrieval.dense`). Each text is
+one forward pass on one thread, and the texts are spread over worker processes (one per CPU the
+process may use, `LFBENCH_EMBED_WORKERS` to override): the same bits whatever the number of
+workers. The vectors are stored as each chunk of texts finishes, so an interrupted run keeps what
+it made. The cache key names the encoder and the onnx/onnxruntime versions, so vectors of another
+encoder (the numpy one before, another runtime) are never read back.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache, partial
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -31,9 +34,9 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
-from pipeline.retrieval import dense
+from pipeline.local_judge import encoder_onnx
 
-ENCODER_ID = "all-MiniLM-L6-v2/numpy-as-erf/first-window/per-text/1-blas-thread/f16"
+ENCODER_ID = "all-MiniLM-L6-v2/onnx-int8-u8s8-7bit-per-channel/first-window/per-text/1-thread/f16"
 DIM = 384
 _BUSY_TIMEOUT_S = 60.0
 ENV_WORKERS = "LFBENCH_EMBED_WORKERS"
@@ -44,10 +47,14 @@ log = logging.getLogger(__name__)
 Array = npt.NDArray[np.float32]
 
 
+@lru_cache(maxsize=1)
+def _key_prefix() -> str:
+    return f"{ENCODER_ID}/{encoder_onnx.runtime_versions()}\0"
+
+
 def text_key(text: str) -> str:
-    # "avx2-pinned": vectors made before the float kernels were pinned (pipeline/__init__.py)
-    # may differ in a last bit on AVX-512 machines; they are not reused
-    return hashlib.sha256(f"{ENCODER_ID}/avx2-pinned\0{text}".encode()).hexdigest()
+    """SHA-256 of the encoder, its runtime's versions and the text."""
+    return hashlib.sha256(f"{_key_prefix()}{text}".encode()).hexdigest()
 
 
 def _quantise(vectors: Array) -> Array:
@@ -114,6 +121,8 @@ class Embedder:
 
     def __init__(self, cache_path: Path | None = None, *, chunk: int = 256) -> None:
         self.cache = EmbeddingCache(cache_path) if cache_path is not None else None
+        # the ONNX model is built beside the vectors (or in the project's cache folder)
+        self.model_dir = (cache_path or default_cache_path()).parent / "onnx"
         self.memory: dict[str, Array] = {}
         self.chunk = chunk
         self.computed = 0
@@ -131,7 +140,9 @@ class Embedder:
         todo = sorted(missing.items(), key=lambda kv: kv[0])
         parts = [todo[i : i + self.chunk] for i in range(0, len(todo), self.chunk)]
         for part, vecs in zip(
-            parts, _encode_parts([[t for _, t in p] for p in parts]), strict=True
+            parts,
+            _encode_parts([[t for _, t in p] for p in parts], self.model_dir),
+            strict=True,
         ):
             new = [(k, vecs[i]) for i, (k, _) in enumerate(part)]
             self.memory.update(new)
@@ -163,23 +174,23 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def encode_texts(texts: Sequence[str]) -> Array:
-    """Quantised vectors of `texts`, one text per forward pass on one BLAS thread."""
+def encode_texts(texts: Sequence[str], model_dir: Path | None = None) -> Array:
+    """Quantised vectors of `texts`, one text per forward pass on one thread."""
+    encoder = encoder_onnx.get_encoder(model_dir)
     with threadpool_limits(limits=1):
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, t in enumerate(texts):
-            out[i] = dense.embed([t], batch_size=1)[0]
+        out = encoder.encode(texts)
     return _quantise(out)
 
 
-def _encode_parts(parts: Sequence[Sequence[str]]) -> Iterator[Array]:
+def _encode_parts(parts: Sequence[Sequence[str]], model_dir: Path) -> Iterator[Array]:
     """Vectors of each part, in order: in worker processes when there is enough to do."""
     n = min(workers(), len(parts))
     if n <= 1 or sum(len(p) for p in parts) < _PARALLEL_FROM:
         for p in parts:
-            yield encode_texts(p)
+            yield encode_texts(p, model_dir)
         return
+    encoder_onnx.model_path(model_dir)  # built once here, not by each worker
     log.info("embedding %d texts in %d processes", sum(len(p) for p in parts), n)
     # spawn: a fresh interpreter per worker (no forked locks, threads or SQLite handles)
     with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
-        yield from pool.map(encode_texts, parts)
+        yield from pool.map(partial(encode_texts, model_dir=model_dir), parts)
