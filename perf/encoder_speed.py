@@ -106,7 +106,10 @@ def main() -> None:
             if "numpy" in vectors:
                 ref = vectors["numpy"]
                 cos = (v * ref).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref, axis=1)
-                row |= {"cos_min": round(float(cos.min()), 4), "cos_mean": round(float(cos.mean()), 4)}
+                row |= {
+                    "cos_min": round(float(cos.min()), 4),
+                    "cos_mean": round(float(cos.mean()), 4),
+                }
             result[route] = row
         out["routes"] = result
         if "numpy" in rates and "onnx" in rates:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -238,7 +237,7 @@ def build(directory: Path, out: Path, *, int8: bool = True) -> Path:
             data = fp32.read_bytes()
         part = Path(tmp) / "model.onnx"
         part.write_bytes(data)
-        os.replace(part, out)
+        part.replace(out)
     return out
 
 

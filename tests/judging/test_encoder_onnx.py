@@ -4,7 +4,6 @@ bits whatever the grouping of texts, and a cache that never mixes encoders."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +114,7 @@ def test_the_cache_key_names_the_encoder_and_its_runtime(tmp_path: Path) -> None
     old_id = "all-MiniLM-L6-v2/numpy-as-erf/first-window/per-text/1-blas-thread/f16"
     old_key = hashlib.sha256(f"{old_id}/avx2-pinned\0hello".encode()).hexdigest()
     assert text_key("hello") != old_key
-    assert embeddings.ENCODER_ID != old_id and "onnx-int8" in embeddings.ENCODER_ID
+    assert old_id != embeddings.ENCODER_ID and "onnx-int8" in embeddings.ENCODER_ID
     assert encoder_onnx.runtime_versions() in embeddings._key_prefix()
     cache = EmbeddingCache(tmp_path / "e.sqlite")
     cache.put_many([(old_key, np.ones(384, dtype=np.float32))])
@@ -123,4 +122,4 @@ def test_the_cache_key_names_the_encoder_and_its_runtime(tmp_path: Path) -> None
     emb.model_dir = tmp_path / "onnx"
     emb.embed(["hello"])
     assert emb.cache_hits == 0 and emb.computed == 1
-    assert os.listdir(tmp_path / "onnx")  # the model was built beside the vectors
+    assert any((tmp_path / "onnx").iterdir())  # the model was built beside the vectors
