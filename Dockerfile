@@ -15,7 +15,8 @@
 # built is deterministic too: bytecode is not shipped (stages write theirs to the workspace's
 # .lfbench/pycache), and useradd dates /etc/shadow by SOURCE_DATE_EPOCH. Not shipped either: pip,
 # setuptools and wheel (install-time only), the packages' test suites, C/Cython sources, headers
-# and type stubs, and jieba's paddle model (used only with paddlepaddle, which is not installed).
+# and type stubs, and the jieba models `jieba.lcut` does not use (paddle LAC, part-of-speech,
+# keyword IDF; tests/test_containers.py checks that pipeline/ imports none of them).
 #
 # The base is pinned by digest; params.yaml `image_base` names another (e.g. the air-gapped
 # Debian base of scripts/build-base-image.sh). It builds on the official python image (python at
@@ -40,7 +41,7 @@ RUN /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/
     && /opt/lfbench/bin/python -m pip uninstall -q -y setuptools wheel pip \
     && cd /opt/lfbench/lib/python3*/site-packages \
     && find . -depth -type d \( -name tests -o -name test -o -name __pycache__ \) -exec rm -rf {} + \
-    && rm -rf jieba/lac_small \
+    && rm -rf jieba/lac_small jieba/posseg jieba/analyse \
     && find . -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pyi' -o -name '*.c' \
         -o -name '*.h' \) -delete \
     && find /opt/lfbench -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import containers, image_store  # noqa: E402
+from pipeline.tools import containers, image_store  # noqa: E402
 
 
 def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:
@@ -60,18 +60,19 @@ def _keep(client: Any, image_id: str) -> None:
     client.images.get(image_id).tag("lfbench-perf-keep", image_id[7:19])
 
 
-def _cold_pair(ctx: Path, rec: dict[str, Any], client: Any) -> dict[str, Any]:
+def _cold_pair(ctx: Path, rec: dict[str, Any], client: Any, n: int = 2) -> dict[str, Any]:
     ids, layers, times = [], [], []
-    for _ in range(2):
+    for _ in range(n):
         t, image_id = _timed(lambda: containers.build_image(ctx, rec, client=client, nocache=True))
         times.append(t)
         ids.append(image_id)
         layers.append(client.images.get(image_id).attrs["RootFS"]["Layers"])
         _keep(client, image_id)
-    differ = sum(1 for a, b in zip(*layers, strict=False) if a != b)
+    differ = sum(1 for a, b in zip(layers[0], layers[-1], strict=False) if a != b)
     return {
+        "builder": containers.image_builder(),
         "build_cold_s": times,
-        "cold_builds_same_id": ids[0] == ids[1],
+        "cold_builds_same_id": len(set(ids)) == 1 and n > 1,
         "layers": len(layers[0]),
         "layers_differing": differ,
         "cold_ids": ids,
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--base", default="lfbench-base:bookworm")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--skip-cold", action="store_true", help="Skip the --no-cache builds.")
+    ap.add_argument("--cold", type=int, default=2, help="How many cold builds (default 2).")
     ap.add_argument("--skip-stores", action="store_true", help="Skip push and pull.")
     args = ap.parse_args()
 
@@ -168,7 +170,7 @@ def main() -> None:
         result["recipe"] = rec["tag"]
         containers.wheelhouse(containers.lock_files(ctx))  # download once, outside the timings
         if not args.skip_cold:
-            result.update(_cold_pair(ctx, rec, client))
+            result.update(_cold_pair(ctx, rec, client, args.cold))
         image = containers.find_image(client, rec) or containers.build_image(
             ctx, rec, client=client
         )

@@ -247,8 +247,8 @@ def verify(
     try:
         checked = {"rebuilt": built, "base_id": base_id}
         for what, want in (
-            (f"the id {REFS_JSON} records", (recorded or {}).get("image_id")),
             ("the image on this engine", present),
+            (f"the id {REFS_JSON} records", (recorded or {}).get("image_id")),
         ):
             if want is None:
                 continue
