@@ -351,3 +351,33 @@ def test_every_module_the_stages_import_is_in_the_image() -> None:
                 if not got & names:
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {mod} ({got})")
     assert not missing, "\n".join(missing)
+
+
+def test_the_builder_is_buildah_when_it_can_reach_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """buildah (reproducible) when installed and the engine is the default socket's; Docker's
+    classic builder otherwise; LFBENCH_IMAGE_BUILDER forces one, with a clear error if it
+    cannot be."""
+    have = {"buildah": "/usr/bin/buildah"}
+    monkeypatch.setattr(c.shutil, "which", lambda name: have.get(name))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv(c.ENV_BUILDER, raising=False)
+    assert c.image_builder() == "buildah"
+    monkeypatch.setenv(c.ENV_BUILDER, "docker")
+    assert c.image_builder() == "docker"
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.1:2375")
+    monkeypatch.delenv(c.ENV_BUILDER)
+    assert c.image_builder() == "docker"
+    monkeypatch.setenv(c.ENV_BUILDER, "buildah")
+    with pytest.raises(LfbenchError, match=r"DOCKER_HOST=tcp://10\.0\.0\.1:2375"):
+        c.image_builder()
+    monkeypatch.delenv("DOCKER_HOST")
+    have.clear()
+    with pytest.raises(LfbenchError, match="buildah is not installed"):
+        c.image_builder()
+    monkeypatch.setenv(c.ENV_BUILDER, "kaniko")
+    with pytest.raises(LfbenchError, match="expected buildah or docker"):
+        c.image_builder()
+    monkeypatch.delenv(c.ENV_BUILDER)
+    assert c.image_builder() == "docker"

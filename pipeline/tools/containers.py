@@ -90,6 +90,7 @@ REMOVE_ATTEMPTS = 5
 # this time, so the image id is a function of the recipe and the base's id.
 ENV_BUILDER = "LFBENCH_IMAGE_BUILDER"  # buildah (default when installed) or docker (classic)
 SOURCE_DATE_EPOCH = 0
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 PYCACHE_DIR = Path(".lfbench/pycache")
 
 
@@ -523,8 +524,8 @@ def find_image(client: Any, rec: Mapping[str, Any]) -> str | None:
 
 
 def image_builder() -> str:
-    """buildah (bit-reproducible) when installed, else Docker's classic builder; the
-    LFBENCH_IMAGE_BUILDER variable (buildah or docker) chooses."""
+    """buildah (bit-reproducible) when installed and the engine is the default socket's, else
+    Docker's classic builder; the LFBENCH_IMAGE_BUILDER variable (buildah or docker) chooses."""
     wanted = os.environ.get(ENV_BUILDER, "")
     if wanted not in ("", "buildah", "docker"):
         raise LfbenchError(f"{ENV_BUILDER}={wanted!r}: expected buildah or docker")
@@ -532,9 +533,17 @@ def image_builder() -> str:
         raise LfbenchError(
             f"{ENV_BUILDER}=buildah but buildah is not installed (apt-get install buildah)"
         )
+    # buildah reaches the engine at the default socket only (containers/image ignores DOCKER_HOST
+    # on purpose), for the base and for the result.
+    host = os.environ.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
+    if wanted == "buildah" and host != DEFAULT_DOCKER_HOST:
+        raise LfbenchError(
+            f"{ENV_BUILDER}=buildah reaches only the engine at {DEFAULT_DOCKER_HOST}, "
+            f"not DOCKER_HOST={host}"
+        )
     if wanted:
         return wanted
-    return "buildah" if shutil.which("buildah") else "docker"
+    return "buildah" if shutil.which("buildah") and host == DEFAULT_DOCKER_HOST else "docker"
 
 
 def _check_fresh(root: Path, rec: Mapping[str, Any]) -> None:
