@@ -108,9 +108,15 @@ def _stores(root: Path, rec: dict[str, Any], image_id: str, client: Any) -> dict
     out: dict[str, Any] = {}
     ws = root / "ws"
     ws.mkdir()
+    # This Python's dvc (the venv's), whether or not the venv is on PATH.
+    dvc = (
+        str(Path(sys.executable).parent / "dvc")
+        if (Path(sys.executable).parent / "dvc").exists()
+        else "dvc"
+    )
     subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
-    subprocess.run(["dvc", "init", "-q"], cwd=ws, check=True)
-    subprocess.run(["dvc", "remote", "add", "-d", "team", str(root / "remote")], cwd=ws, check=True)
+    subprocess.run([dvc, "init", "-q"], cwd=ws, check=True)
+    subprocess.run([dvc, "remote", "add", "-d", "team", str(root / "remote")], cwd=ws, check=True)
     repo, tag = rec["tag"].split(":")
 
     def forget() -> None:
@@ -171,6 +177,7 @@ def main() -> None:
         containers.wheelhouse(containers.lock_files(ctx))  # download once, outside the timings
         if not args.skip_cold:
             result.update(_cold_pair(ctx, rec, client, args.cold))
+            print(json.dumps(result), file=sys.stderr, flush=True)
         image = containers.find_image(client, rec) or containers.build_image(
             ctx, rec, client=client
         )
@@ -212,6 +219,7 @@ def main() -> None:
                 "local": loc,
                 "overhead_median_s": round(dock["median_s"] - loc["median_s"], 3),
             }
+        print(json.dumps(result), file=sys.stderr, flush=True)  # so far, should a store fail
         if not args.skip_stores:
             result.update(_stores(Path(tmp), rec, image, client))
     print(json.dumps(result, indent=2))
