@@ -69,9 +69,11 @@ COPY --from=deps /opt/lfbench /opt/lfbench
 ARG RECIPE=unknown
 LABEL org.lfbench.recipe=${RECIPE}
 # useradd dates the account in /etc/shadow by SOURCE_DATE_EPOCH (an ARG: in the environment here).
+# The import check leaves nothing behind (MLflow writes a random installation id under $HOME).
 RUN (getent group lfbench >/dev/null || groupadd --gid 1000 lfbench) \
     && useradd --uid 1000 --gid lfbench --no-create-home --home-dir /tmp --shell /bin/sh lfbench \
-    && /opt/lfbench/bin/python -c "import mlflow.tracking, openai, numpy, scipy, sklearn"
+    && /opt/lfbench/bin/python -c "import mlflow.tracking, openai, numpy, scipy, sklearn" \
+    && rm -rf /tmp/* /tmp/.[!.]*
 USER lfbench
 WORKDIR /tmp
 CMD ["python", "-m", "pipeline.cli", "--help"]
