@@ -116,7 +116,12 @@ def _stores(root: Path, rec: dict[str, Any], image_id: str, client: Any) -> dict
     )
     subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
     subprocess.run([dvc, "init", "-q"], cwd=ws, check=True)
-    subprocess.run([dvc, "remote", "add", "-d", "team", str(root / "remote")], cwd=ws, check=True)
+    subprocess.run(
+        [dvc, "remote", "add", "-d", "team", str(root / "remote")],
+        cwd=ws,
+        check=True,
+        stdout=subprocess.DEVNULL,  # "Setting ... as a default remote" would spoil the JSON
+    )
     repo, tag = rec["tag"].split(":")
 
     def forget() -> None:
