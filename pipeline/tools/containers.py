@@ -56,6 +56,9 @@ Runtime = Literal["docker", "local"]
 IMAGE_JSON = Path("build/image.json")
 WHEELHOUSE_DIR = Path("build/wheelhouse")
 NODEPS_LOCK = "requirements-nodeps.lock"
+# The image installs what the stages import (requirements-image.in, pinned by requirements.lock),
+# not the host's whole environment (dvc, docker, the MLflow server...).
+IMAGE_LOCK = "requirements-image.lock"
 IMAGE_REPO = "lfbench"
 RECIPE_LABEL = "org.lfbench.recipe"
 ENV_DATA_MIRROR = "LFBENCH_DATA_MIRROR"
@@ -70,17 +73,25 @@ RUNNER_VARS = (
     ENV_IMAGE_RECIPE,
     ENV_DATA_MIRROR,
     "PYTHONPATH",
+    "PYTHONPYCACHEPREFIX",
+    "PYTHONDONTWRITEBYTECODE",
 )
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECORD_VERSION = 2
 # Inputs of the recipe: what the image is made of (the wheelhouse follows from the locks).
-RECIPE_FILES = ("Dockerfile", ".dockerignore", "requirements.lock", NODEPS_LOCK)
+RECIPE_FILES = ("Dockerfile", ".dockerignore", IMAGE_LOCK, NODEPS_LOCK)
 PING_TIMEOUT_S = 5
 # Every call after the ping (create, attach, wait, stop, remove): a busy engine on 2 cores can take
 # well over the ping's 5 s to remove a container, and a call cut short by the client's timeout
 # may leave the container behind.
 CALL_TIMEOUT_S = 300
 REMOVE_ATTEMPTS = 5
+# The bit-reproducible builder (Debian's buildah): every file and the config's `created` carry
+# this time, so the image id is a function of the recipe and the base's id.
+ENV_BUILDER = "LFBENCH_IMAGE_BUILDER"  # buildah (default when installed) or docker (classic)
+SOURCE_DATE_EPOCH = 0
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+PYCACHE_DIR = Path(".lfbench/pycache")
 
 
 def sha256_file(path: Path) -> str:
@@ -391,13 +402,14 @@ def cache_root() -> Path:
 
 
 def locks_sha256(locks: list[Path]) -> str:
-    """One digest for the lock files an image installs (requirements.lock, then the no-deps one)."""
+    """One digest for the lock files an image installs (the image lock, then the no-deps one)."""
     return hashlib.sha256("".join(sha256_file(p) for p in locks).encode()).hexdigest()
 
 
 def lock_files(root: Path) -> list[Path]:
-    """requirements.lock, and requirements-nodeps.lock (installed with --no-deps) if present."""
-    locks = [root / "requirements.lock"]
+    """requirements-image.lock, and requirements-nodeps.lock (installed with --no-deps) if
+    present."""
+    locks = [root / IMAGE_LOCK]
     if (root / NODEPS_LOCK).exists():
         locks.append(root / NODEPS_LOCK)
     return locks
@@ -511,6 +523,37 @@ def find_image(client: Any, rec: Mapping[str, Any]) -> str | None:
     return str(image.id)
 
 
+def image_builder() -> str:
+    """buildah (bit-reproducible) when installed and the engine is the default socket's, else
+    Docker's classic builder; the LFBENCH_IMAGE_BUILDER variable (buildah or docker) chooses."""
+    wanted = os.environ.get(ENV_BUILDER, "")
+    if wanted not in ("", "buildah", "docker"):
+        raise LfbenchError(f"{ENV_BUILDER}={wanted!r}: expected buildah or docker")
+    if wanted == "buildah" and shutil.which("buildah") is None:
+        raise LfbenchError(
+            f"{ENV_BUILDER}=buildah but buildah is not installed (apt-get install buildah)"
+        )
+    # buildah reaches the engine at the default socket only (containers/image ignores DOCKER_HOST
+    # on purpose), for the base and for the result.
+    host = os.environ.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
+    if wanted == "buildah" and host != DEFAULT_DOCKER_HOST:
+        raise LfbenchError(
+            f"{ENV_BUILDER}=buildah reaches only the engine at {DEFAULT_DOCKER_HOST}, "
+            f"not DOCKER_HOST={host}"
+        )
+    if wanted:
+        return wanted
+    return "buildah" if shutil.which("buildah") and host == DEFAULT_DOCKER_HOST else "docker"
+
+
+def _check_fresh(root: Path, rec: Mapping[str, Any]) -> None:
+    if recipe(root, rec["base_image"])["recipe"] != rec["recipe"]:
+        raise LfbenchError(
+            f"{IMAGE_JSON} is stale: the Dockerfile, .dockerignore or a lock changed since it was "
+            "written; run `dvc repro image`"
+        )
+
+
 def build_image(
     root: Path,
     rec: Mapping[str, Any],
@@ -518,26 +561,73 @@ def build_image(
     client: Any,
     nocache: bool = False,
     emit: Callable[[str], None] = log.info,
+    tag: str | None = None,
 ) -> str:
-    """Build the recipe's image from `root` (its Dockerfile) and return its id."""
+    """Build the recipe's image from `root` (its Dockerfile), tag it (`tag`, by default the
+    recipe's) and return its id. With buildah every build is cold (no layer cache) and gives the
+    same id for the same recipe and base."""
+    _check_fresh(root, rec)
+    base = str(rec["base_image"])
+    base_image = ensure_base(client, base)
+    stage_wheelhouse(wheelhouse(lock_files(root), emit), root / WHEELHOUSE_DIR)
+    tag = tag or str(rec["tag"])
+    builder = image_builder()
+    emit(f"image: building {tag} on {base} with {builder}")
+    if builder == "buildah":
+        _build_buildah(root, rec, str(base_image.id), tag)
+    else:
+        _build_classic(root, rec, client=client, nocache=nocache, tag=tag)
+    found = find_image(client, {**rec, "tag": tag})
+    if found is None:
+        raise LfbenchError(f"the build of {tag} left no image labelled with recipe {rec['recipe']}")
+    return found
+
+
+def _run_tool(cmd: list[str], what: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(
+            f"  | {t}" for t in (proc.stderr or proc.stdout).strip().splitlines()[-20:]
+        )
+        raise LfbenchError(
+            f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:3])} ...\n{tail}"
+        )
+    return proc.stdout
+
+
+def _build_buildah(root: Path, rec: Mapping[str, Any], base_id: str, tag: str) -> None:
+    """`buildah bud` with fixed timestamps, in OCI format (whose config has no container id or
+    hostname), from the base in the engine (by id), then copied into the engine under `tag`:
+    the engine's image id is the digest of that config, the same on every build."""
+    work = f"localhost/lfbench-build:{rec['recipe'][:12]}-{os.getpid()}"
+    cmd = ["buildah", "bud", "--quiet", "--timestamp", str(SOURCE_DATE_EPOCH), "--format", "oci"]
+    cmd += ["--isolation", "chroot", "--layers=false", "--no-cache", "-f", "Dockerfile", "-t", work]
+    for arg in (
+        f"BASE_IMAGE=docker-daemon:{base_id}",
+        f"RECIPE={rec['recipe']}",
+        f"SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}",
+    ):
+        cmd += ["--build-arg", arg]
+    try:
+        _run_tool([*cmd, str(root)], "buildah build")
+        _run_tool(["buildah", "push", "--quiet", work, f"docker-daemon:{tag}"], "buildah push")
+    finally:
+        subprocess.run(["buildah", "rmi", "--force", work], capture_output=True)
+
+
+def _build_classic(
+    root: Path, rec: Mapping[str, Any], *, client: Any, nocache: bool, tag: str
+) -> None:
+    """Docker's classic builder: it stamps build times into the image (not reproducible)."""
     import docker.errors
 
-    if recipe(root, rec["base_image"])["recipe"] != rec["recipe"]:
-        raise LfbenchError(
-            f"{IMAGE_JSON} is stale: the Dockerfile, .dockerignore or a lock changed since it was "
-            "written; run `dvc repro image`"
-        )
-    base = str(rec["base_image"])
-    ensure_base(client, base)
-    stage_wheelhouse(wheelhouse(lock_files(root), emit), root / WHEELHOUSE_DIR)
-    emit(f"image: building {rec['tag']} on {base}")
     tail: deque[str] = deque(maxlen=20)
     try:
         for chunk in client.api.build(
             path=str(root),
             dockerfile="Dockerfile",
-            tag=rec["tag"],
-            buildargs={"BASE_IMAGE": base, "RECIPE": rec["recipe"]},
+            tag=tag,
+            buildargs={"BASE_IMAGE": str(rec["base_image"]), "RECIPE": rec["recipe"]},
             rm=True,
             forcerm=True,
             nocache=nocache,
@@ -553,10 +643,6 @@ def build_image(
                 tail.extend(t for t in line.splitlines() if t.strip())
     except docker.errors.APIError as e:
         raise LfbenchError(f"docker build failed: {e.explanation or e}") from e
-    found = find_image(client, rec)
-    if found is None:
-        raise LfbenchError(f"docker build of {rec['tag']} left no image labelled with its recipe")
-    return found
 
 
 def ensure_image(

@@ -34,7 +34,7 @@ DVC_FOLDER = "lfbench-images"
 # ---------------------------------------------------------------- registry
 
 
-def read_refs(root: Path) -> dict[str, dict[str, str]]:
+def read_refs(root: Path) -> dict[str, dict[str, Any]]:
     path = root / REFS_JSON
     if not path.exists():
         return {}
@@ -191,3 +191,79 @@ def pull(
     if got:
         return got, "pulled from the DVC remote"
     return None
+
+
+# ---------------------------------------------------------------- the expected image id
+
+
+def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any) -> None:
+    """Record, in the committed build/image.refs.json, the id a reproducible build of the recipe
+    gives on its base (the base's id with it: the air-gapped base of
+    scripts/build-base-image.sh differs from machine to machine, so the id is a function of the
+    recipe and of the base's id)."""
+    base = str(rec["base_image"])
+    refs = read_refs(root)
+    refs[rec["recipe"]] = {
+        **refs.get(rec["recipe"], {}),
+        "build": {"image_id": image_id, "base_image": base, "base_id": _base_id(client, base)},
+    }
+    write_json(root / REFS_JSON, refs)
+
+
+def _base_id(client: Any, base: str) -> str:
+    from pipeline.tools.containers import ensure_base
+
+    return str(ensure_base(client, base).id)
+
+
+def verify(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    emit: Callable[[str], None] = log.info,
+) -> dict[str, str]:
+    """Rebuild the recipe's image from scratch (under a scratch tag) and compare its id with the
+    one build/image.refs.json records and with the recipe's image on this engine (pulled or
+    built). Raises, naming both ids, when one differs; returns what was compared."""
+    from pipeline.tools.containers import build_image, find_image, image_builder
+
+    if image_builder() != "buildah":
+        raise LfbenchError(
+            "image verify needs the reproducible builder, buildah (apt-get install buildah): "
+            "Docker's classic builder stamps build times into every image"
+        )
+    recorded = read_refs(root).get(rec["recipe"], {}).get("build")
+    present = find_image(client, rec)
+    base_id = _base_id(client, str(rec["base_image"]))
+    if recorded and recorded.get("base_id") != base_id:
+        raise LfbenchError(
+            f"image verify: {REFS_JSON} records the image of recipe {rec['tag']} on base "
+            f"{recorded.get('base_image')} = {recorded.get('base_id')}, but that base here is "
+            f"{base_id}: a build on another base cannot give the recorded id"
+        )
+    scratch = f"lfbench-verify:{rec['recipe'][:12]}"
+    built = build_image(root, rec, client=client, emit=emit, tag=scratch)
+    try:
+        checked = {"rebuilt": built, "base_id": base_id}
+        for what, want in (
+            ("the image on this engine", present),
+            (f"the id {REFS_JSON} records", (recorded or {}).get("image_id")),
+        ):
+            if want is None:
+                continue
+            if want != built:
+                raise LfbenchError(
+                    f"image verify: recipe {rec['tag']} rebuilt from scratch gives {built}, "
+                    f"but {what} is {want}"
+                )
+            checked[what] = want
+        if len(checked) == 2:
+            raise LfbenchError(
+                f"image verify: nothing to compare the rebuild ({built}) with: no image of recipe "
+                f"{rec['tag']} here and no id recorded in {REFS_JSON} (`lfbench image build` "
+                "records it)"
+            )
+        return checked
+    finally:
+        client.images.remove(scratch)  # the tag only, when the recipe's tag holds the same id
