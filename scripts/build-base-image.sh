@@ -40,8 +40,22 @@ start=$(date +%s)
 debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
   bookworm "$dir" "$mirror" >"$dir.log" 2>&1 || { tail -n 30 "$dir.log" >&2; rm -f "$dir.log"; exit 1; }
 rm -f "$dir.log"
-# Keep the image small: no package lists, no apt cache.
+# Keep the image small: no package lists, no apt cache; no manuals, info pages, translations or
+# documentation but the copyright notices (as Debian's own slim images do, with dpkg told to
+# leave them out of any package installed later): 52 MB of the 191 the base was.
 rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin "$dir"/var/cache/apt/archives/*.deb
+cat >"$dir"/etc/dpkg/dpkg.cfg.d/lfbench-slim <<'CFG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+CFG
+find "$dir"/usr/share/doc -mindepth 1 -not -name copyright -not -type d -delete
+find "$dir"/usr/share/doc -mindepth 1 -type d -empty -delete
+rm -rf "$dir"/usr/share/man/* "$dir"/usr/share/info/*
+find "$dir"/usr/share/locale -mindepth 1 -maxdepth 1 -not -name locale.alias -exec rm -rf {} +
 tar -C "$dir" -c . | docker import \
   -c 'ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   -c 'CMD ["/bin/bash"]' - "$name" >/dev/null

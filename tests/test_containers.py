@@ -314,8 +314,8 @@ def test_the_image_lock_pins_what_the_host_lock_pins() -> None:
 
 # Imported by the host side only: the runner (docker), DVC, the team's stores.
 HOST_ONLY_IMPORTS = {"docker", "dvc", "s3fs"}
-# Removed from the image by the Dockerfile (unused models of jieba).
-NOT_IN_IMAGE = ("jieba.posseg", "jieba.analyse", "jieba.lac_small", "paddle")
+# Removed from the image by the Dockerfile (unused models of jieba, the hub download backend).
+NOT_IN_IMAGE = ("jieba.posseg", "jieba.analyse", "jieba.lac_small", "paddle", "hf_xet")
 
 
 def test_every_module_the_stages_import_is_in_the_image() -> None:
