@@ -210,7 +210,8 @@ def test_headline_first_then_details_agreement_and_lineage_last(committed: Any) 
     agreement = json.loads((ROOT / "metrics" / "agreement.json").read_text())["rows"]
     for name in ("local", "published-gpt-4o"):
         (a,) = [r for r in agreement if r["judge"] == name and r["reference"] == "human"]
-        kappa = f"{a['cohen_kappa']:.2f} [{a['cohen_kappa_ci_low']:.2f}, {a['cohen_kappa_ci_high']:.2f}]"
+        lo, hi = a["cohen_kappa_ci_low"], a["cohen_kappa_ci_high"]
+        kappa = f"{a['cohen_kappa']:.2f} [{lo:.2f}, {hi:.2f}]"
         assert f"| news | released | {name} | {kappa} | " in head
     assert "### CRUX: `coverage`" in head and "### CRUD-RAG: `rouge_l`" in head
 
