@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.core.errors import LfbenchError
+from pipeline.core.io import file_digest
 from pipeline.retrieval import dense
 
 BUILDER_VERSION = "1"
@@ -184,19 +185,11 @@ def build_fp32(directory: Path) -> Any:
     return model
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def model_key(directory: Path) -> str:
     """What the built file is a function of: weights, builder, onnx/onnxruntime versions."""
     parts = [
-        _sha256_file(directory / "model.safetensors"),
-        _sha256_file(directory / "config.json"),
+        file_digest(directory / "model.safetensors", "sha256"),
+        file_digest(directory / "config.json", "sha256"),
         BUILDER_VERSION,
         str(OPSET),
         runtime_versions(),

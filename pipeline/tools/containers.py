@@ -40,7 +40,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from pipeline.core.errors import LfbenchError
-from pipeline.core.io import canonical_json, write_json
+from pipeline.core.io import canonical_json, file_digest, write_json
 from pipeline.core.lineage import (
     ENV_GIT_COMMIT,
     ENV_GIT_DIRTY,
@@ -95,11 +95,7 @@ PYCACHE_DIR = Path(".lfbench/pycache")
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path, "sha256")
 
 
 # ---------------------------------------------------------------- engine and runtime choice
