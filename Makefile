@@ -59,7 +59,7 @@ repro: setup
 
 ## The tests: lint, format, types, then pytest (unit, stage and end-to-end tests).
 test: setup-dev lint typecheck
-	pytest
+	pytest -n auto --dist loadfile --no-loadscope-reorder
 
 lint: setup-dev
 	ruff check pipeline tests perf scripts

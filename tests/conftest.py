@@ -202,6 +202,26 @@ def slice_crux(
         crux["answers"]["judgements"] = answers
 
 
+def slice_summhay(params: dict[str, Any]) -> None:
+    """Shrink SummHay to what another benchmark's stages read from it: the released summaries of
+    one system on one subtopic of news1, replayed by the released GPT-4o judge (no model, no
+    length study, no local judge scoring). CRUX's aggregate depends on SummHay's outputs in the
+    DAG, so a CRUX-only test still builds them: this keeps that to seconds."""
+    builtin = yaml_default()
+    params["models"].setdefault("published", builtin["models"]["published"])
+    params["judges"].setdefault("published-gpt-4o", builtin["judges"]["published-gpt-4o"])
+    params["models"]["published"].update(systems=["gpt-4o"], settings=["oracle"])
+    s = params["summhay"]
+    s.update(haystacks=["news1"], subtopics=1, models=["published"], judges=["published-gpt-4o"])
+    s["lengths"]["haystacks"] = []
+    s["agreement"].update(bootstrap_resamples=20, max_samples=4)
+
+
+# The stages a SummHay-only test reproduces (`dvc repro *SUMMHAY_TARGETS`): everything SummHay
+# needs, not the other three benchmarks.
+SUMMHAY_TARGETS = ("summhay-aggregate", "summhay-agreement")
+
+
 def slice_crud_rag(params: dict[str, Any], records: int = 3) -> None:
     """Shrink CRUD-RAG to a few records, the base setting, one more chunking and the oracle,
     made by the lead baseline and scored by its no-model text judge."""
@@ -269,3 +289,64 @@ def postgres() -> Any:
     finally:
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- live report for CI logs
+
+SLOW_TEST_S = 30.0  # a test slower than this prints its time as it ends
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Print a failure as it happens, and the time of each slow test: a CI run stopped by its
+    time limit never reaches pytest's summary, and its log should still say what failed and
+    where the time went."""
+    reporter = _REPORTER.get("tr")
+    if reporter is None:
+        return
+    if report.failed and report.when in ("setup", "call", "teardown"):
+        text = str(report.longrepr)
+        if len(text) > 6000:
+            text = text[:1500] + "\n[...]\n" + text[-4500:]
+        reporter.write_line("")
+        reporter.write_line(f"FAILED ({report.when}) {report.nodeid}:\n{text}", red=True)
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+    if report.when == "teardown" and _DURATIONS[report.nodeid] > SLOW_TEST_S:
+        reporter.write(f" [{_DURATIONS[report.nodeid]:.0f} s {report.nodeid.split('::')[-1]}] ")
+
+
+_REPORTER: dict[str, Any] = {}
+_DURATIONS: dict[str, float] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _REPORTER["tr"] = session.config.pluginmanager.get_plugin("terminalreporter")
+
+
+# ---------------------------------------------------------------- order, for `pytest -n`
+
+# The slowest test files first (minutes each on 2 cores, from the CI log's times): `make test`
+# runs files on every core (pytest-xdist, --dist loadfile, no reordering), and starting the
+# longest first keeps one core from running the last long file alone.
+HEAVY_FIRST = (
+    "tests/e2e/test_fresh_clone.py",
+    "tests/e2e/test_docker.py",
+    "tests/e2e/test_pipeline.py",
+    "tests/e2e/test_llm_pipeline.py",
+    "tests/e2e/test_summhay_synthesis.py",
+    "tests/e2e/test_team.py",
+    "tests/e2e/test_real_model.py",
+    "tests/e2e/test_mlflow_ui.py",
+    "tests/e2e/test_crux_pipeline.py",
+    "tests/e2e/test_plan.py",
+    "tests/e2e/test_crud_rag_pipeline.py",
+    "tests/e2e/test_long2rag_pipeline.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.nodeid.split("::")[0], len(rank))
+
+    items.sort(key=key)  # stable: each file keeps its own order

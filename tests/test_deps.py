@@ -75,3 +75,49 @@ def test_a_module_that_does_not_parse_is_an_error_naming_it(tmp_path: Path) -> N
     (pkg / "broken.py").write_text("x = 1\ndef oops(:\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"broken\.py, line 2: a syntax error"):
         deps.closure(tmp_path, ["pipeline"])
+
+
+def test_the_committed_dvc_lock_matches_the_committed_code() -> None:
+    """`dvc status` finds no code or params change against dvc.lock: a change to a stage's code
+    (or to params.yaml) is committed with the dvc.lock of a `dvc repro` (else the fresh-clone
+    test, minutes later, finds every changed stage re-running). Only checked when the working
+    tree is clean: an edit in progress is not a stale lock yet."""
+    import json
+    import shutil
+    import subprocess
+
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if dirty.strip():
+        pytest.skip(f"uncommitted changes in the checkout:\n{dirty}")
+    dvc = shutil.which("dvc") or str(Path(__import__("sys").executable).parent / "dvc")
+    status = json.loads(
+        subprocess.run(
+            [dvc, "status", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        or "{}"
+    )
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    produced = [out["path"].rstrip("/") for st in lock.values() for out in st.get("outs", [])]
+
+    def is_output(path: str) -> bool:  # an output, or a folder that holds outputs
+        return any(
+            p == path or p.startswith(path + "/") or path.startswith(p + "/") for p in produced
+        )
+
+    stale = []
+    for stage, changes in status.items():
+        for change in changes:
+            if not isinstance(change, dict):
+                continue
+            for path, state in change.get("changed deps", {}).items():
+                # params.yaml's changes are {key: modified|new|deleted}
+                params = isinstance(state, dict)
+                if params or (state == "modified" and not is_output(path.rstrip("/"))):
+                    stale.append(f"{stage}: {path} {state}")
+    assert not stale, "dvc.lock is stale (run `make repro` and commit it):\n" + "\n".join(stale)

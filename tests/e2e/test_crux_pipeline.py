@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from pipeline.testing.server import TestServer
-from tests.conftest import ROOT, run
+from tests.conftest import ROOT, run, slice_summhay
 from tests.e2e import crux_responder as R
 from tests.e2e.resume import jsonl, kill_after
 
@@ -89,6 +89,7 @@ def _configure(proj: Path, base_url: str, **judge_extra: Any) -> None:
     crux["scoring"]["cutoffs"] = ["zstar", 2, "budget"]
     crux["scoring"]["bootstrap_resamples"] = 50
     crux["answers"]["generations"] = None
+    slice_summhay(params)  # crux-aggregate depends on SummHay's outputs: build few
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
 
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pipeline.tools import containers
-from tests.conftest import ROOT, run, slice_crud_rag, slice_crux
+from tests.conftest import ROOT, SUMMHAY_TARGETS, run, slice_crud_rag, slice_crux
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -283,7 +283,7 @@ def test_llm_stages_in_container_reach_a_loopback_server(
         params["runtime"] = "docker"
         params["image_base"] = _base_image()
         path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-        out = run(["dvc", "repro"], project, {llm.KEY_ENV: llm.FAKE_KEY})
+        out = run(["dvc", "repro", *SUMMHAY_TARGETS], project, {llm.KEY_ENV: llm.FAKE_KEY})
         served = [r for r in srv.log() if r["served"]]
     assert "runtime docker" in out.stderr
     # 2 subtopics x 2 settings, one batched judge call each, and the agreement stage's batched

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from pipeline.testing.server import TestServer
-from tests.conftest import BIN, ROOT, run, slice_crud_rag, slice_crux
+from tests.conftest import BIN, ROOT, SUMMHAY_TARGETS, run, slice_crud_rag, slice_crux
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def _server(tmp_path: Path, name: str, **kw: Any) -> TestServer:
 def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     with _server(tmp_path, "e2e", latency_ms=5) as srv:
         _configure(project, srv.base_url)
-        out = run(["dvc", "repro"], project, env=_env())
+        out = run(["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env())
         log = out.stdout + out.stderr
         requests = srv.log()
         # a forced re-run of the generation is served from the response cache: 0 requests
@@ -147,7 +147,9 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     usage_again = _usage(project / "generations/summhay/tiny.usage.json")
     assert usage_again["requests_sent"] == 0 and usage_again["cache_hits"] == 4
     assert _jsonl(project / "generations/summhay/tiny.jsonl") == gens_first
-    run(["dvc", "repro"], project, env=_env())  # judges and aggregate: unchanged inputs
+    run(
+        ["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env()
+    )  # judges and aggregate: unchanged inputs
 
     gens = _jsonl(project / "generations/summhay/tiny.jsonl")
     assert len(gens) == 4 and all(g["status"] == "ok" for g in gens)  # 2 subtopics x 2 settings
@@ -291,7 +293,7 @@ def test_generate_sigkill_resumes_without_resending(project: Path, tmp_path: Pat
         done = journaled()
         assert 6 <= len(done) < 24
 
-        run(["dvc", "repro"], project, env=_env())
+        run(["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env())
         after = srv.log()[len(before) :]
 
     gens = _jsonl(project / "generations/summhay/tiny.jsonl")
@@ -323,7 +325,7 @@ def test_faults_every_item_completes_once(project: Path, tmp_path: Path) -> None
             subtopics=4,
             model_extra={"timeout_s": 1.0, "max_concurrency": 8},
         )
-        run(["dvc", "repro"], project, env=_env())
+        run(["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env())
         log = srv.log()
     faults = Counter(r["fault"] for r in log if r["fault"])
     assert sum(faults.values()) >= 2, faults  # some faults were injected and survived
@@ -341,7 +343,7 @@ def test_faults_every_item_completes_once(project: Path, tmp_path: Path) -> None
 def test_garbage_judge_is_counted_invalid_not_scored(project: Path, tmp_path: Path) -> None:
     with _server(tmp_path, "garbage", latency_ms=1, responder="garbage_judge") as srv:
         _configure(project, srv.base_url, judges={"llm": {"mode": "per_insight"}})
-        run(["dvc", "repro"], project, env=_env())
+        run(["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env())
         n_judge_calls = sum(1 for r in srv.log() if not _is_generation(r))
     js = _jsonl(project / "judgements/summhay/tiny/llm.jsonl")
     n = sum(len(j["verdicts"]) for j in js)
@@ -366,7 +368,7 @@ def test_garbage_judge_is_counted_invalid_not_scored(project: Path, tmp_path: Pa
 def test_repaired_answers_are_not_invalid(project: Path, tmp_path: Path) -> None:
     with _server(tmp_path, "repair", latency_ms=1, responder="first_answer_garbage_judge") as srv:
         _configure(project, srv.base_url, judges={"llm-batch": {"mode": "batched"}})
-        run(["dvc", "repro"], project, env=_env())
+        run(["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env())
         assert srv.log()
     js = _jsonl(project / "judgements/summhay/tiny/llm-batch.jsonl")
     assert all(j["status"] == "ok" for j in js)
@@ -379,7 +381,7 @@ def test_missing_key_is_a_clear_error(project: Path, tmp_path: Path) -> None:
     with _server(tmp_path, "nokey", latency_ms=1) as srv:
         _configure(project, srv.base_url)
         assert KEY_ENV not in os.environ
-        proc = run(["dvc", "repro"], project, check=False)
+        proc = run(["dvc", "repro", *SUMMHAY_TARGETS], project, check=False)
         assert srv.log() == []
     assert proc.returncode != 0
     err = proc.stdout + proc.stderr

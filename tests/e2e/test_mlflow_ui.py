@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path(os.environ.get("LFBENCH_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("LFBENCH_CHROMEDRIVER", "/usr/bin/chromedriver"))
 ARTIFACTS = ROOT / "test-artifacts"
-JUDGE = "published-gpt-4o"  # the default params score each run with this and the local judge
+JUDGE = "published-gpt-4o"  # the released judge (the default params add the local judge)
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -68,6 +68,9 @@ def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     params["models"]["published"]["systems"] = ["gpt-4o", "gemini-1.5-pro"]
     # SummHay whole (the compare test's 42 items); the rest as small as test_pipeline's slice
     params["summhay"]["lengths"]["haystacks"] = []
+    # the released summaries replayed by their judge: no baselines, no local judge to run
+    params["summhay"]["models"] = ["published"]
+    params["summhay"]["judges"] = [JUDGE]
     params["judges"]["local"]["train"]["haystacks"] = ["news1"]
     params["long2rag"]["derived"]["haystacks"] = ["news1"]
     params["long2rag"]["derived"]["subtopics"] = 3

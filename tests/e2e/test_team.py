@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from pipeline.testing.server import TestServer
-from tests.conftest import ROOT, run, run_env, slice_crud_rag, slice_crux
+from tests.conftest import ROOT, SUMMHAY_TARGETS, run, run_env, slice_crud_rag, slice_crux
 from tests.stages.test_tracking import _syncs_at_once, check_one_current_run_per_row
 
 pytestmark = pytest.mark.slow
@@ -155,7 +155,7 @@ def test_two_workspaces_one_server_one_cache_one_remote(
         start = time.monotonic()
         procs = {
             n: subprocess.Popen(
-                ["dvc", "repro"],
+                ["dvc", "repro", *SUMMHAY_TARGETS],
                 cwd=w,
                 env=run_env(env),
                 stdout=subprocess.PIPE,
@@ -218,7 +218,7 @@ def test_two_workspaces_one_server_one_cache_one_remote(
         c = tmp_path / "c"
         run(["git", "clone", "-q", "-b", "b", str(origin), str(c)], tmp_path)
         run(["dvc", "pull"], c, env=env)
-        again = run(["dvc", "repro"], c, env=env)
+        again = run(["dvc", "repro", *SUMMHAY_TARGETS], c, env=env)
         assert _ran(again.stdout) == [], again.stdout
         assert len(srv.log()) == calls
         folders = ("metrics", "generations", "judgements", "datasets")
@@ -232,7 +232,8 @@ def test_two_workspaces_one_server_one_cache_one_remote(
         run(["git", "clone", "-q", "-b", "b", str(origin), str(e)], tmp_path)
         run(["dvc", "remote", "modify", "--local", "team", "url", str(folder_remote)], e)
         run(["dvc", "pull", "-r", "team"], e)
-        assert "Data and pipelines are up to date" in run(["dvc", "status"], e).stdout
+        status = run(["dvc", "status", *SUMMHAY_TARGETS], e).stdout
+        assert "Data and pipelines are up to date" in status
         assert _outputs(e, folders) == _outputs(ws["b"], folders)
         # the keys stay in the environment; a wrong one is refused by the store
         for w in ws.values():
@@ -247,7 +248,7 @@ def test_two_workspaces_one_server_one_cache_one_remote(
         run(["git", "clone", "-q", "-b", "main", str(origin), str(d)], tmp_path)
         run(["dvc", "pull", "--run-cache"], d, env=env)  # A's outputs, everyone's run cache
         shutil.copy2(ws["b"] / "params.yaml", d / "params.yaml")
-        restored = run(["dvc", "repro", "--pull"], d, env=env)
+        restored = run(["dvc", "repro", "--pull", *SUMMHAY_TARGETS], d, env=env)
         ran = _ran(restored.stdout)
         # a stage with a git-tracked metrics file (cache: false) has no run-cache entry: only
         # those (no model in them) run again
