@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.core.errors import DataError
+from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
 
 Pool: TypeAlias = Literal["mean", "ratio"]
@@ -399,22 +400,42 @@ def score_rows(
     with its reason (e.g. an empty output, which its metrics cannot score), in the rows its
     `keys` name; None: counted as a failed generation."""
     cells: dict[RowKey, _Cell] = {}
-    for run in runs:
-        joined = join(
-            items,
-            run.generations,
-            run.judgements,
-            generation_lines=getattr(run, "generation_lines", ()),
-            judgement_lines=getattr(run, "judgement_lines", ()),
-            unjudged=unjudged,
+    joined_runs = [
+        (
+            run,
+            join(
+                items,
+                run.generations,
+                run.judgements,
+                generation_lines=getattr(run, "generation_lines", ()),
+                judgement_lines=getattr(run, "judgement_lines", ()),
+                unjudged=unjudged,
+            ),
         )
+        for run in runs
+    ]
+    # What each joined generation comes to before scoring (a failure's outcome, or None), then
+    # the item scores of the rest on every core (each item is scored on its own).
+    early: list[list[Outcome | None]] = []
+    to_score: list[tuple[Any, Generation, Judgement]] = []
+    for _, joined in joined_runs:
+        early.append([])
         for jn in joined:
             g, j = jn.generation, jn.judgement
             item = items[g.item_id]
-            head = (run.model, g.system, g.setting, run.judge)
             outcome: Outcome | None = None
             if g.status != "ok" and failed_outcome is not None:
                 outcome = failed_outcome(item, g)
+            early[-1].append(outcome)
+            if outcome is None and not (g.status != "ok" or j is None or j.status == "error"):
+                assert j is not None
+                to_score.append((item, g, j))
+    scored = iter(fork_map(lambda job: score(*job), to_score, min_items=500))
+    for (run, joined), outcomes in zip(joined_runs, early, strict=True):
+        for jn, outcome in zip(joined, outcomes, strict=True):
+            g, j = jn.generation, jn.judgement
+            item = items[g.item_id]
+            head = (run.model, g.system, g.setting, run.judge)
             if outcome is None:
                 if g.status != "ok" or j is None or j.status == "error":
                     places = [{}] if not group_keys else list((failed_keys or _no_keys)(item, g))
@@ -430,7 +451,7 @@ def score_rows(
                         else:
                             c.n_failed_judgements += 1
                     continue
-                outcome = score(item, g, j)
+                outcome = next(scored)
             truncated = bool(g.meta.get("truncated"))
             usage = [g.usage, *([j.usage] if j is not None else [])]
             if isinstance(outcome, Scored):

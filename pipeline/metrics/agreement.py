@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
 Weights = Literal["linear", "quadratic"] | None
 
@@ -46,6 +45,17 @@ def _categories(values: np.ndarray, categories: Sequence[Hashable] | None) -> li
 
 def _codes(values: np.ndarray, cats: Sequence[Hashable]) -> np.ndarray:
     """Each value's index in cats; ValueError naming any value that is not a category."""
+    k = len(cats)
+    if (
+        values.dtype.kind in "iu"
+        and values.size
+        and list(cats) == list(range(k))
+        and values.min() >= 0
+        and values.max() < k
+    ):
+        # labels already coded 0..k-1 (a bootstrap's resamples): their own codes, the same
+        # numbers the search below finds, without sorting on every resample
+        return np.asarray(values, dtype=np.int64)
     cats_arr = np.asarray(cats)
     order = np.argsort(cats_arr, kind="stable")
     ordered = cats_arr[order]
@@ -162,6 +172,8 @@ def pearson(a: Sequence[float], b: Sequence[float]) -> float:
     x, y = _floats(a, b)
     if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan  # undefined for fewer than 2 items or a constant rater
+    from scipy import stats  # here: scipy.stats takes a second to import, most stages need none
+
     return float(stats.pearsonr(x, y).statistic)
 
 
@@ -169,6 +181,8 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     x, y = _floats(a, b)
     if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan
+    from scipy import stats
+
     return float(stats.spearmanr(x, y).statistic)
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import bm25s  # type: ignore[import-untyped]
-
 K1 = 1.5
 B = 0.75
 METHOD = "lucene"
@@ -57,6 +55,8 @@ def bm25_scores(query: str, docs: Sequence[str], *, stopwords: bool = True) -> l
     query_tokens = [t for t in tokenize(query, stopwords=stopwords) if t in vocab]
     if not query_tokens:
         return [0.0] * len(docs)
+    import bm25s  # type: ignore[import-untyped]  # here: it loads scipy.sparse (half a second)
+
     retriever = bm25s.BM25(k1=K1, b=B, method=METHOD)
     retriever.index(corpus, show_progress=False)
     scores = retriever.get_scores(query_tokens)

@@ -218,12 +218,21 @@ def log_runs(
     specs = []
     for row in capability(bench).run_rows(ctx, rows):
         judge = row.params.get("judge", "")
+        # the judge's speed this time: logged as counters (re-logged in place), not part of
+        # what the row is, so a re-run that judged as well does not make a new run
+        timing: dict[str, float] = {}
         if row.tags.get("agreement.reference") == "human" and judge in speeds:
             t = speeds[judge]
-            row.metrics["card.wall_s"] = t.wall_s
+            timing["card.wall_s"] = t.wall_s
             if t.judgements_per_second is not None:
-                row.metrics["card.judgements_per_second"] = t.judgements_per_second
+                timing["card.judgements_per_second"] = t.judgements_per_second
         specs.append(
-            run_spec(bench, ctx.params, dataclasses.replace(row, plots=plot), lineage=lineage)
+            run_spec(
+                bench,
+                ctx.params,
+                dataclasses.replace(row, plots=plot),
+                lineage=lineage,
+                counters=timing,
+            )
         )
     log_sync(EXPERIMENT, sync(EXPERIMENT, specs, root, producer=stage))

@@ -144,6 +144,12 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
         again = run(["dvc", "repro", "-f", "-s", "summhay-generate@tiny"], project, env=_env())
         log += again.stdout + again.stderr
         assert len(srv.log()) == len(requests)
+        # a forced re-run of the agreement stage (answers from the cache) times its judges
+        # again: their speed is re-logged in place, no MLflow run is made or superseded
+        agree = run(["dvc", "repro", "-f", "-s", "summhay-agreement"], project, env=_env())
+        log += agree.stdout + agree.stderr
+        assert "mlflow agreement: 0 runs created" in agree.stderr, agree.stderr[-3000:]
+        assert "0 superseded" in agree.stderr and len(srv.log()) == len(requests)
     usage_again = _usage(project / "generations/summhay/tiny.usage.json")
     assert usage_again["requests_sent"] == 0 and usage_again["cache_hits"] == 4
     assert _jsonl(project / "generations/summhay/tiny.jsonl") == gens_first

@@ -25,6 +25,7 @@ from pipeline.benchmarks.summhay.scoring import (
 )
 from pipeline.core.benchmark import Run, RunRow
 from pipeline.core.errors import DataError
+from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
 from pipeline.core.results import (
     Counts,
@@ -249,13 +250,19 @@ def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[s
         systems = {t["system"] for t in plots.position_table(vrows)}
         title = f"SummHay position sensitivity ({domain}, {judge_name}, {mode})"
         position[view] = (systems, plots.position_sensitivity(vrows, title) if systems else None)
+    groups = sorted(by_group.items())
+
+    def draw(job: tuple[tuple[str, ...], list[Mapping[str, Any]]]) -> bytes:
+        (domain, judge_name, mode, _, system), grows = job
+        return plots.joint_by_setting(
+            grows, f"SummHay {system} ({domain}, judge {judge_name}, {mode})"
+        )
+
     out: dict[tuple[str, ...], dict[str, bytes]] = {}
-    for group, grows in sorted(by_group.items()):
-        domain, judge_name, mode, _, system = group
-        title = f"SummHay {system} ({domain}, judge {judge_name}, {mode})"
-        files = {"plots/joint_by_setting.png": plots.joint_by_setting(grows, title)}
+    for (group, _), drawn in zip(groups, fork_map(draw, groups), strict=True):  # on every core
+        files = {"plots/joint_by_setting.png": drawn}
         systems, png = position[group[:3]]
-        if png is not None and system in systems:
+        if png is not None and group[4] in systems:
             files["plots/position_sensitivity.png"] = png
         out[group] = files
     return out

@@ -43,6 +43,7 @@ from pipeline.core.benchmark import AgreementResult, Context, HumanAgreement, Ju
 from pipeline.core.cards import CostStatus, JudgeCard, card, card_metrics, cost_per_1000
 from pipeline.core.config import Params
 from pipeline.core.errors import DataError
+from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
 from pipeline.data.haystacks import Insight, Subtopic
 from pipeline.metrics.agreement import (
@@ -632,21 +633,40 @@ def agreement_rows(
     each judge's bias analysis."""
     cfg = section.agreement
     n_boot, seed = cfg.bootstrap_resamples, params.seed
+    # The bootstrap intervals are most of this stage's time: each row's on its own core.
+    humans = [(name, human_pair(samples, labels)) for name, labels in judged.items()]
+
+    def human_stats(job: tuple[str, Pair]) -> tuple[dict[str, Any], dict[str, Any]]:
+        name, pair = job
+        stats = compare_or_empty(pair, n_boot, seed)
+        return stats, judge_card(name, pair, stats, info[name], n_boot, seed).model_dump()
+
+    pairs = []
+    for a, b, pair in judge_pairs({j: v for j, v in pipeline.items() if v}):
+        # A replayed judge is the natural reference for a judge that scores anew.
+        a_pub = params.judges[a].provider == "published"
+        judge_name, ref = (b, a) if a_pub else (a, b)
+        if a_pub:
+            pair = Pair(pair.reference, pair.judge, pair.n_invalid)
+        pairs.append((judge_name, ref, pair))
+    human_done = fork_map(human_stats, humans)
+    pair_done = fork_map(lambda job: compare_or_empty(job[2], n_boot, seed), pairs)
+
     rows: list[dict[str, Any]] = []
     biases: dict[str, dict[str, Any]] = {}
-    for name, labels in judged.items():
+    for (name, _), (stats, card_dump) in zip(humans, human_done, strict=True):
+        labels = judged[name]
         row: dict[str, Any] = {"benchmark": "summhay", "judge": name, "reference": "human"}
         row |= {
             "source": info[name].source,
             "judge_provider": info[name].provider,
             "judge_prompt_sha": info[name].sha,
         }
-        pair = human_pair(samples, labels)
-        row |= compare_or_empty(pair, n_boot, seed)
+        row |= stats
         row["n_samples"] = len(samples)
         if info[name].cost_usd is not None:
             row["cost_usd"] = info[name].cost_usd
-        row["card"] = judge_card(name, pair, row, info[name], n_boot, seed).model_dump()
+        row["card"] = card_dump
         bs = bias(samples, labels)
         biases[name] = bs
         row |= {
@@ -655,19 +675,14 @@ def agreement_rows(
             "length_delta_corr": bs["length_delta_corr"],
         }
         rows.append(row)
-    for a, b, pair in judge_pairs({j: v for j, v in pipeline.items() if v}):
-        # A replayed judge is the natural reference for a judge that scores anew.
-        a_pub = params.judges[a].provider == "published"
-        judge_name, ref = (b, a) if a_pub else (a, b)
-        if a_pub:
-            pair = Pair(pair.reference, pair.judge, pair.n_invalid)
+    for (judge_name, ref, _), stats in zip(pairs, pair_done, strict=True):
         row = {"benchmark": "summhay", "judge": judge_name, "reference": ref}
         row |= {
             "source": "pipeline judgements",
             "judge_provider": params.judges[judge_name].provider,
             "judge_prompt_sha": info[judge_name].sha if judge_name in info else "none",
         }
-        row |= compare_or_empty(pair, n_boot, seed)
+        row |= stats
         rows.append(row)
     return rows, biases
 
