@@ -66,12 +66,21 @@ def contexts(
     section: CrudParams, items: Sequence[Item], corpus: Sequence[str]
 ) -> Iterator[Context]:
     """Every (item, setting) context; an index per chunking, built once."""
+    for job in context_jobs(section, items, corpus):
+        yield context_of(job)
+
+
+Job = tuple[Setting, Item, Index | None]
+
+
+def context_jobs(section: CrudParams, items: Sequence[Item], corpus: Sequence[str]) -> list[Job]:
+    """Every (setting, item) to make a context of, with the index it retrieves from (None: the
+    oracle's own text); the indexes are built here, once per chunking."""
     indexes: dict[tuple[int, int], Index] = {}
+    jobs: list[Job] = []
     for s in settings(section):
         if s.knobs is None:
-            for item in items:
-                if item.oracle is not None:
-                    yield Context(item, s, item.oracle, [])
+            jobs += [(s, item, None) for item in items if item.oracle is not None]
             continue
         key = (s.knobs.chunk_size, s.knobs.overlap_tokens)
         if key not in indexes:
@@ -81,10 +90,18 @@ def contexts(
                     " carry none; name a folder of the authors' corpus files)"
                 )
             indexes[key] = Index.build(corpus, *key)
-        index = indexes[key]
-        for item in items:
-            ids = retrieve(index, item.query, s.knobs)
-            yield Context(item, s, T.join_context([index.chunks[i] for i in ids]), ids)
+        jobs += [(s, item, indexes[key]) for item in items]
+    return jobs
+
+
+def context_of(job: Job) -> Context:
+    """One context: the oracle text, or the chunks retrieved for the item's query."""
+    s, item, index = job
+    if index is None or s.knobs is None:
+        assert item.oracle is not None
+        return Context(item, s, item.oracle, [])
+    ids = retrieve(index, item.query, s.knobs)
+    return Context(item, s, T.join_context([index.chunks[i] for i in ids]), ids)
 
 
 def meta(ctx: Context) -> dict[str, Any]:
@@ -176,14 +193,17 @@ def offline(
     corpus: Sequence[str],
 ) -> list[Generation]:
     """The no-model baselines' answers."""
-    gens = []
+    from pipeline.core.parallel import fork_map
+
     mc = section.generation.max_chars
-    for ctx in contexts(section, items, corpus):
+
+    def one(job: Job) -> Generation:
+        ctx = context_of(job)
         text = lead(ctx.text, mc) if kind == "lead" else extractive(ctx.item.query, ctx.text, mc)
         m = meta(ctx) | {"prompt_sha": f"baseline-{kind}", "max_chars": mc}
-        gens.append(
-            Generation.offline(
-                "crud_rag", ctx.item.item_id, model, system, ctx.setting.name, text, m
-            )
+        return Generation.offline(
+            "crud_rag", ctx.item.item_id, model, system, ctx.setting.name, text, m
         )
-    return gens
+
+    # each retrieval and answer on its own: on every core, in the order of `contexts`
+    return fork_map(one, context_jobs(section, items, corpus))

@@ -34,18 +34,20 @@ def contexts(
 ) -> Iterator[tuple[Haystack, Subtopic, str, Context]]:
     """Every (haystack, subtopic, setting) context a model sees, in dataset order: the whole
     haystack (`full*`) or retrieved documents packed into the RAG token budget."""
-    from pipeline.retrieval.context import build_context  # numpy and tokenizers: load on use
-
     for hay in dataset:
         for sub in hay.subtopics:
             for setting in settings:
-                budget = None if setting.startswith("full") else section.rag_budget_tokens
-                yield (
-                    hay,
-                    sub,
-                    setting,
-                    build_context(hay, sub, setting, budget_tokens=budget, seed=seed),
-                )
+                yield hay, sub, setting, context_of(section, seed, hay, sub, setting)
+
+
+def context_of(
+    section: SummhayParams, seed: int, hay: Haystack, sub: Subtopic, setting: str
+) -> Context:
+    """The context of one (haystack, subtopic, setting): it depends on nothing else."""
+    from pipeline.retrieval.context import build_context  # numpy and tokenizers: load on use
+
+    budget = None if setting.startswith("full") else section.rag_budget_tokens
+    return build_context(hay, sub, setting, budget_tokens=budget, seed=seed)
 
 
 def plan(
@@ -95,12 +97,15 @@ def baseline_generations(
     """Summaries of a no-model baseline (pipeline/baselines.py) over the same contexts an LLM
     would see; each bullet cites the positions of the documents its sentence comes from."""
     from pipeline.baselines import Doc, extractive, lead
+    from pipeline.core.parallel import fork_map
     from pipeline.retrieval.context import retrieval_query
 
     summarize = lead if spec.kind == "lead" else extractive
     system = spec.system or model
-    out = []
-    for _hay, sub, setting, ctx in contexts(section, seed, dataset, settings_of(spec)):
+
+    def one(job: tuple[Haystack, Subtopic, str]) -> Generation:
+        hay, sub, setting = job
+        ctx = context_of(section, seed, hay, sub, setting)
         docs = [Doc(d.position, d.text) for d in ctx.documents]
         text = summarize(retrieval_query(sub), docs, spec.bullets or n_insights(sub))
         meta = {
@@ -109,10 +114,11 @@ def baseline_generations(
             "context_docs": [d.position for d in ctx.documents],
             "context_tokens": ctx.n_tokens,
         }
-        out.append(
-            Generation.offline(
-                "summhay", sub.item_id, model, system, setting, text, meta,
-                empty="no sentence to extract",
-            )
+        return Generation.offline(
+            "summhay", sub.item_id, model, system, setting, text, meta,
+            empty="no sentence to extract",
         )  # fmt: skip
-    return out
+
+    # every context and summary on its own: on every core, in dataset order
+    jobs = [(h, s, setting) for h in dataset for s in h.subtopics for setting in settings_of(spec)]
+    return fork_map(one, jobs)
