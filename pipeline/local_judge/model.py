@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.core.errors import DataError
+from pipeline.core.parallel import fork_map
 from pipeline.local_judge.embeddings import ENCODER_ID, Embedder
 from pipeline.local_judge.features import FEATURE_NAMES, Row, clean_text, unit_rows
 
@@ -94,8 +95,9 @@ def featurise(
     texts = list(dict.fromkeys(t for units, bullets in cleaned for t in (*units, *bullets)))
     vectors = embedder.embed(texts)
     index = {t: i for i, t in enumerate(texts)}
-    out = []
-    for units, bullets in cleaned:
+
+    def rows(case: tuple[list[str], list[str]]) -> list[Row]:
+        units, bullets = case
         u = (
             vectors[[index[t] for t in units]]
             if units
@@ -106,8 +108,9 @@ def featurise(
             if bullets
             else np.zeros((0, vectors.shape[1]), np.float32)
         )
-        out.append(unit_rows(units, bullets, u, b))
-    return out
+        return unit_rows(units, bullets, u, b)
+
+    return fork_map(rows, cleaned, min_items=200)  # each case on its own: on every core
 
 
 class LocalJudge:
