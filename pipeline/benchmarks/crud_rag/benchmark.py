@@ -192,10 +192,16 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
         if ctx.embed is not None and spec.embedding is not None:
             sims = metrics.embedding_similarities(ctx.embed, gens, items)
         label = metrics.embedding_label(spec.embedding)
-        return [
-            metrics.judgement(g, items[g.item_id], judge, sims.get(g.generation_id), label)
-            for g in gens
-        ]
+        from pipeline.core.parallel import fork_map
+
+        # each generation's text metrics on their own: on every core, in order
+        return fork_map(
+            lambda g: metrics.judgement(
+                g, items[g.item_id], judge, sims.get(g.generation_id), label
+            ),
+            gens,
+            min_items=100,
+        )
 
     # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
 

@@ -33,9 +33,14 @@ def _jieba() -> object:
 
 def tokens(text: str) -> list[str]:
     """jieba tokens of `text`, exactly as `jieba.lcut` gives them."""
+    return list(_tokens(text))
+
+
+@lru_cache(maxsize=20_000)
+def _tokens(text: str) -> tuple[str, ...]:
+    """Each text is cut once (ROUGE-L and BLEU both tokenise the output and the reference)."""
     jieba = _jieba()
-    out: list[str] = jieba.lcut(text)  # type: ignore[attr-defined]
-    return out
+    return tuple(jieba.lcut(text))  # type: ignore[attr-defined]
 
 
 _WORD = re.compile(r"\w")
