@@ -86,17 +86,18 @@ def ideal_gains(
     earlier in `relevant`), k ranks at most."""
     seen = [0] * n
     left = list(relevant)
+    # the sub-questions each passage answers, in order (rated once, summed in the same order)
+    answers = {p: [i for i in range(n) if rate(p, i) >= eta] for p in dict.fromkeys(left)}
     gains: list[float] = []
     while left and len(gains) < k:
         best, best_gain = 0, -1.0
         for j, p in enumerate(left):
-            g = sum((1 - alpha) ** seen[i] for i in range(n) if rate(p, i) >= eta)
+            g = sum((1 - alpha) ** seen[i] for i in answers[p])
             if g > best_gain:
                 best, best_gain = j, g
         p = left.pop(best)
-        for i in range(n):
-            if rate(p, i) >= eta:
-                seen[i] += 1
+        for i in answers[p]:
+            seen[i] += 1
         gains.append(best_gain)
     return gains
 
