@@ -1,6 +1,6 @@
 """Wall time of a cold `make repro` from a fresh clone, with the time of each stage.
 
-    python perf/cold_repro.py [--mirror DIR] [--keep-download-cache] [--json]
+    python perf/cold_repro.py [--mirror DIR] [--keep-download-cache] [--json] [--keep DIR]
 
 Clones the committed project into a temporary folder and runs the README's main command there
 (`make repro`: venv set-up, data fetch from the mirror, `lfbench check`, `dvc repro` on the
@@ -37,9 +37,12 @@ def main() -> None:
     ap.add_argument("--keep-download-cache", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--log", type=Path, help="also write make's output here")
+    ap.add_argument(
+        "--keep", type=Path, help="clone into this new folder and keep it (its dvc.lock, metrics)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        clone = Path(tmp) / "clone"
+        clone = args.keep.resolve() if args.keep else Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV",)}
         # the clone's own venv, not the caller's

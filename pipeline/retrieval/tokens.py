@@ -106,8 +106,11 @@ def encode(text: str) -> list[int]:
     return get_encoding().encode_ordinary(text)
 
 
+@lru_cache(maxsize=200_000)
 def count_tokens(text: str) -> int:
-    """Number of cl100k_base tokens in `text` (special-token strings count as plain text)."""
+    """Number of cl100k_base tokens in `text` (special-token strings count as plain text).
+    Remembered per text: context packing counts the same passages for every setting and
+    cut-off."""
     return len(encode(text))
 
 

@@ -159,12 +159,16 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
     ) -> list[Generation]:
         if not isinstance(spec, ContextsModel):
             raise ConfigError(f"models.{model}: CRUX takes provider crux-contexts")
+        from pipeline.core.parallel import fork_map
+
         system = spec.system or "context"
-        out = []
-        for view in views(dataset).values():
-            for retriever in spec.retrievers:
-                out.append(contexts.generation(view, retriever, model, system, ctx.section.scoring))
-        return out
+        scoring = ctx.section.scoring
+
+        def of_query(view: QueryView) -> list[Generation]:
+            return [contexts.generation(view, r, model, system, scoring) for r in spec.retrievers]
+
+        # each query's rankings and packing on their own: on every core, in order
+        return [g for gens in fork_map(of_query, list(views(dataset).values())) for g in gens]
 
     # ---- judge
 
