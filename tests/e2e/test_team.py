@@ -41,6 +41,10 @@ MODELS_A = ["tiny-a", "tiny-shared"]
 MODELS_B = ["tiny-shared", "tiny-b"]
 
 
+# The workspaces reproduce SummHay's stages only: they pull those and what they depend on.
+PULL = ("--with-deps", *SUMMHAY_TARGETS)
+
+
 def _read_env(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
@@ -217,7 +221,7 @@ def test_two_workspaces_one_server_one_cache_one_remote(
         # ---- C: B's commit, a fresh workspace: nothing runs, nothing is asked of a model
         c = tmp_path / "c"
         run(["git", "clone", "-q", "-b", "b", str(origin), str(c)], tmp_path)
-        run(["dvc", "pull"], c, env=env)
+        run(["dvc", "pull", *PULL], c, env=env)
         again = run(["dvc", "repro", *SUMMHAY_TARGETS], c, env=env)
         assert _ran(again.stdout) == [], again.stdout
         assert len(srv.log()) == calls
@@ -231,7 +235,7 @@ def test_two_workspaces_one_server_one_cache_one_remote(
         e = tmp_path / "e"
         run(["git", "clone", "-q", "-b", "b", str(origin), str(e)], tmp_path)
         run(["dvc", "remote", "modify", "--local", "team", "url", str(folder_remote)], e)
-        run(["dvc", "pull", "-r", "team"], e)
+        run(["dvc", "pull", "-r", "team", *PULL], e)
         status = run(["dvc", "status", *SUMMHAY_TARGETS], e).stdout
         assert "Data and pipelines are up to date" in status
         assert _outputs(e, folders) == _outputs(ws["b"], folders)
@@ -240,13 +244,15 @@ def test_two_workspaces_one_server_one_cache_one_remote(
             config = (w / ".dvc" / "config").read_text()
             assert team["AWS_SECRET_ACCESS_KEY"] not in config
             assert team["AWS_ACCESS_KEY_ID"] not in config
-        denied = run(["dvc", "pull"], e, env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"}, check=False)
+        denied = run(
+            ["dvc", "pull", *PULL], e, env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"}, check=False
+        )
         assert denied.returncode != 0
 
         # ---- D: A's commit switched to B's models: B's model stages come from the run cache
         d = tmp_path / "d"
         run(["git", "clone", "-q", "-b", "main", str(origin), str(d)], tmp_path)
-        run(["dvc", "pull", "--run-cache"], d, env=env)  # A's outputs, everyone's run cache
+        run(["dvc", "pull", "--run-cache", *PULL], d, env=env)  # A's outputs, everyone's run cache
         shutil.copy2(ws["b"] / "params.yaml", d / "params.yaml")
         restored = run(["dvc", "repro", "--pull", *SUMMHAY_TARGETS], d, env=env)
         ran = _ran(restored.stdout)
