@@ -46,3 +46,8 @@ def _pin_float_kernels() -> None:
 
 
 _pin_float_kernels()
+
+# No usage reports leave the machine: MLflow's client records and sends telemetry unless told
+# not to (its own switches; a user who sets them keeps theirs). Stages log to MLflow offline.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "true")

@@ -52,11 +52,14 @@ class Index:
                 counted[piece] = count_tokens(piece)
             return counted[piece]
 
+        cut: list[list[str]] = []
         for d, doc in enumerate(docs):
             for pieces in T.chunks(doc, size, overlap, count):
                 chunks.append("".join(pieces))
                 doc_of.append(d)
-                words.append([w for p in pieces for w in T.words(p)])
+                cut.append(pieces)
+        T.segment_all([p for pieces in cut for p in pieces])  # on every core, once per piece
+        words = [[w for p in pieces for w in T.words(p)] for pieces in cut]
         return cls(size, overlap, chunks, doc_of, words)
 
     def _bm25_index(self) -> Any:
