@@ -379,6 +379,11 @@ def _cell(
     return cells.setdefault((*head, *(str(keys[k]) for k in group_keys)), _Cell())
 
 
+def _unscorable(g: Generation, j: Judgement) -> bool:
+    """A failed generation or judgement: counted in its rows, not scored."""
+    return g.status != "ok" or j.status == "error"
+
+
 def score_rows(
     benchmark: str,
     metrics: Sequence[Metric],
@@ -427,8 +432,7 @@ def score_rows(
             if g.status != "ok" and failed_outcome is not None:
                 outcome = failed_outcome(item, g)
             early[-1].append(outcome)
-            if outcome is None and not (g.status != "ok" or j is None or j.status == "error"):
-                assert j is not None
+            if outcome is None and j is not None and not _unscorable(g, j):
                 to_score.append((item, g, j))
     scored = iter(fork_map(lambda job: score(*job), to_score, min_items=500))
     for (run, joined), outcomes in zip(joined_runs, early, strict=True):
@@ -437,7 +441,7 @@ def score_rows(
             item = items[g.item_id]
             head = (run.model, g.system, g.setting, run.judge)
             if outcome is None:
-                if g.status != "ok" or j is None or j.status == "error":
+                if j is None or _unscorable(g, j):
                     places = [{}] if not group_keys else list((failed_keys or _no_keys)(item, g))
                     for keys in places:
                         cell = _cell(cells, head, keys, group_keys)

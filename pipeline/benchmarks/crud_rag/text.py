@@ -46,19 +46,21 @@ def _tokens(text: str) -> tuple[str, ...]:
 _WORD = re.compile(r"\w")
 
 
-@lru_cache(maxsize=200_000)
-def _words(text: str) -> tuple[str, ...]:
+_WORDS: dict[str, tuple[str, ...]] = {}  # text -> its words: each text is segmented once
+_PARALLEL_FROM = 2000  # texts: fewer are segmented in this process
+
+
+def _segment(text: str) -> tuple[str, ...]:
     return tuple(t.lower() for t in tokens(text) if _WORD.search(t))
-
-
-_SEGMENTED: dict[str, tuple[str, ...]] = {}
 
 
 def words(text: str) -> list[str]:
     """The tokens BM25 indexes: no whitespace or punctuation, lower-cased (memoised: a
     corpus's sentences are segmented once per process)."""
-    done = _SEGMENTED.get(text)
-    return list(done if done is not None else _words(text))
+    done = _WORDS.get(text)
+    if done is None:
+        done = _WORDS[text] = _segment(text)
+    return list(done)
 
 
 def segment_all(texts: Sequence[str]) -> None:
@@ -66,10 +68,10 @@ def segment_all(texts: Sequence[str]) -> None:
     on each text, as `words` would run it)."""
     from pipeline.core.parallel import fork_map
 
-    todo = [t for t in dict.fromkeys(texts) if t not in _SEGMENTED]
-    if len(todo) >= 2000:
+    todo = [t for t in dict.fromkeys(texts) if t not in _WORDS]
+    if len(todo) >= _PARALLEL_FROM:
         _jieba()  # its dictionary loaded once, before the workers fork, not once in each
-    _SEGMENTED.update(zip(todo, fork_map(_words, todo, min_items=2000), strict=True))
+    _WORDS.update(zip(todo, fork_map(_segment, todo, min_items=_PARALLEL_FROM), strict=True))
 
 
 def sentences(text: str) -> list[str]:

@@ -4,7 +4,6 @@ and input length; agreement between judges (the paper's free-marginal kappa)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 from pipeline.benchmarks.long2rag.schema import Question
@@ -65,16 +64,11 @@ def item_score(q: Question, j: Judgement, neutral: str, bucket: str) -> Outcome:
 
 
 def doc_tokens(dataset: Sequence[Question]) -> dict[str, int]:
-    """cl100k_base tokens of each question's documents (the input-length bucket's measure)."""
-    return {q.item_id: sum(_tokens_of(d.text) for d in q.documents) for q in dataset}
-
-
-@lru_cache(maxsize=50_000)
-def _tokens_of(text: str) -> int:
-    """A document's tokens, counted once: every model and setting scores the same question."""
+    """cl100k_base tokens of each question's documents (the input-length bucket's measure;
+    `count_tokens` remembers each text's count, so every model and setting counts it once)."""
     from pipeline.retrieval.tokens import count_tokens
 
-    return count_tokens(text)
+    return {q.item_id: sum(count_tokens(d.text) for d in q.documents) for q in dataset}
 
 
 def sections(scores: Sequence[ItemScore], edges: Sequence[int]) -> dict[str, Any]:
