@@ -83,25 +83,13 @@ def test_the_committed_dvc_lock_matches_the_committed_code() -> None:
     test, minutes later, finds every changed stage re-running). Only checked when the working
     tree is clean: an edit in progress is not a stale lock yet."""
     import json
-    import shutil
-    import subprocess
 
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    from tests.conftest import run
+
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"], ROOT).stdout
     if dirty.strip():
         pytest.skip(f"uncommitted changes in the checkout:\n{dirty}")
-    dvc = shutil.which("dvc") or str(Path(__import__("sys").executable).parent / "dvc")
-    status = json.loads(
-        subprocess.run(
-            [dvc, "status", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout
-        or "{}"
-    )
+    status = json.loads(run(["dvc", "status", "--json"], ROOT).stdout or "{}")
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
     produced = [out["path"].rstrip("/") for st in lock.values() for out in st.get("outs", [])]
 
