@@ -68,3 +68,32 @@ def test_a_run_against_itself_and_too_few_items() -> None:
     assert shared == 9 and few == {}  # below the documented minimum of 10: nothing tested
     one, _ = bootstrap_declared([MEAN], _items(1), _items(1, 0.5), min_items=2)
     assert one == {}
+
+
+def test_a_run_is_found_by_its_entry_or_by_the_run_name_the_error_suggests(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Named by its model entry, a system with several current runs (the length study's, each
+    domain's) is ambiguous: the error lists their run names, and each of those names one run."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.core.errors import LfbenchError
+    from pipeline.stages.tracking import CURRENT, tracking_uri
+    from pipeline.tools.compare import find_run
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = MlflowClient(tracking_uri(tmp_path))
+    exp = client.create_experiment("summhay")
+    tags = {"model.entry": "lead", "setting": "oracle", "judge.name": "local", CURRENT: "true"}
+    ids = {
+        where: client.create_run(
+            exp, run_name=f"lead / oracle / local / paper / {where}", tags=tags
+        ).info.run_id
+        for where in ("all", "news")
+    }
+    with pytest.raises(LfbenchError, match="2 current summhay runs of 'lead'") as err:
+        find_run(tmp_path, "summhay", "lead", setting="oracle", judge="local")
+    for where, run_id in ids.items():
+        suggested = f"lead / oracle / local / paper / {where}"
+        assert suggested in str(err.value)
+        assert find_run(tmp_path, "summhay", suggested) == run_id

@@ -205,9 +205,9 @@ def find_run(
     setting: str | None = None,
     judge: str | None = None,
 ) -> str:
-    """The id of the current run of `benchmark` whose model entry or system is `name` (and
-    whose setting and judge are the given ones): an error listing the candidates when none or
-    several match."""
+    """The id of the current run of `benchmark` whose model entry or system is `name`, or whose
+    run name is `name` (and whose setting and judge are the given ones): an error listing the
+    candidates' run names when none or several match."""
     from pipeline.stages.tracking import CURRENT, _client
 
     client = _client(root)
@@ -221,7 +221,7 @@ def find_run(
     def fits(r: Any) -> bool:
         t = r.data.tags
         return (
-            name in (t.get("model.entry"), t.get("model.name"))
+            name in (t.get("model.entry"), t.get("model.name"), r.info.run_name)
             and setting in (None, t.get("setting"))
             and judge in (None, t.get("judge.name"))
         )
@@ -235,9 +235,8 @@ def find_run(
         raise LfbenchError(f"no current {what} in the MLflow store")
     names = sorted({r.info.run_name for r in found})[:12]
     raise LfbenchError(
-        f"{len(found)} current {what}: name one with --setting/--judge (e.g. "
-        + "; ".join(names)
-        + ")"
+        f"{len(found)} current {what}: narrow with --setting/--judge, or name one by its run"
+        " name (e.g. " + "; ".join(names) + ")"
     )
 
 
