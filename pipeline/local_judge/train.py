@@ -18,6 +18,7 @@ from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyp
 from sklearn.metrics import cohen_kappa_score, confusion_matrix  # type: ignore[import-untyped]
 from threadpoolctl import threadpool_limits
 
+from pipeline.core.parallel import fork_map
 from pipeline.core.records import LabelledCase
 from pipeline.local_judge.embeddings import ENCODER_ID, Embedder
 from pipeline.local_judge.features import FEATURE_NAMES
@@ -121,18 +122,39 @@ def leave_one_group_out(m: Matrix, *, c: float, class_weight: str | None) -> dic
 
     With a single group there is nothing to hold out: the result says so instead of fitting
     on nothing."""
-    if len(set(m.groups.tolist())) < 2:
-        return {"pooled": None, "per_group": {}, "skipped": "needs two or more haystacks"}
+    return fit_and_evaluate(m, c=c, class_weight=class_weight, full=False)[1]
+
+
+def fit_and_evaluate(
+    m: Matrix, *, c: float, class_weight: str | None, full: bool = True
+) -> tuple[LinearModel | None, dict[str, Any]]:
+    """The model fit on every group (when `full`) and the leave-one-group-out evaluation.
+
+    The fits are independent, so they run side by side on the cores (`fork_map`); each is the
+    single-threaded fit it would be alone, so the models are the same bytes on any number of
+    cores."""
+    groups = sorted(set(m.groups.tolist()))
+    held_out: list[Any] = groups if len(groups) >= 2 else []
+    jobs: list[Any] = held_out + ([None] if full else [])
+
+    def fit_without(g: Any) -> LinearModel:
+        keep = np.ones(len(m.y), dtype=bool) if g is None else m.groups != g
+        return fit(m.x[keep], m.y[keep], c=c, class_weight=class_weight)
+
+    # the largest fit (every group) first: the others fill the cores around it
+    models = fork_map(fit_without, jobs[::-1])[::-1]
+    model = models[-1] if full else None
+    if not held_out:
+        return model, {"pooled": None, "per_group": {}, "skipped": "needs two or more haystacks"}
     proba = np.zeros((len(m.y), 3))
     per_group = {}
-    for g in sorted(set(m.groups.tolist())):
+    for g, fitted in zip(held_out, models, strict=False):
         test = m.groups == g
-        model = fit(m.x[~test], m.y[~test], c=c, class_weight=class_weight)
-        proba[test] = model.proba(m.x[test])
+        proba[test] = fitted.proba(m.x[test])
         per_group[g] = {
             k: v for k, v in evaluate(proba[test], _subset(m, test)).items() if k != "per_class"
         }
-    return {"pooled": evaluate(proba, m), "per_group": per_group}
+    return model, {"pooled": evaluate(proba, m), "per_group": per_group}
 
 
 def _subset(m: Matrix, mask: np.ndarray) -> Matrix:

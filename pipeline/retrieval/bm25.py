@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
 
 K1 = 1.5
 B = 0.75
@@ -50,14 +52,30 @@ def bm25_scores(query: str, docs: Sequence[str], *, stopwords: bool = True) -> l
     """
     if not docs:
         return []
-    corpus = [tokenize(d, stopwords=stopwords) for d in docs]
-    vocab = {t for doc in corpus for t in doc}
+    key = (tuple(docs), stopwords)
+    vocab = _corpus(*key)[1]
     query_tokens = [t for t in tokenize(query, stopwords=stopwords) if t in vocab]
     if not query_tokens:
         return [0.0] * len(docs)
+    scores = _retriever(*key).get_scores(query_tokens)
+    return [float(s) for s in scores]
+
+
+# The same documents are scored for many queries (a SummHay haystack's ~100 documents for each
+# of its subtopics and settings): each set is tokenised and indexed once per process. An index
+# is only read by `get_scores`, so the scores are those of a fresh index.
+
+
+@lru_cache(maxsize=16)
+def _corpus(docs: tuple[str, ...], stopwords: bool) -> tuple[list[list[str]], frozenset[str]]:
+    corpus = [tokenize(d, stopwords=stopwords) for d in docs]
+    return corpus, frozenset(t for doc in corpus for t in doc)
+
+
+@lru_cache(maxsize=16)
+def _retriever(docs: tuple[str, ...], stopwords: bool) -> Any:
     import bm25s  # type: ignore[import-untyped]  # here: it loads scipy.sparse (half a second)
 
     retriever = bm25s.BM25(k1=K1, b=B, method=METHOD)
-    retriever.index(corpus, show_progress=False)
-    scores = retriever.get_scores(query_tokens)
-    return [float(s) for s in scores]
+    retriever.index(_corpus(docs, stopwords)[0], show_progress=False)
+    return retriever

@@ -33,12 +33,11 @@ def train(
     root: Path,
 ) -> dict[str, Any]:
     from pipeline.local_judge.embeddings import Embedder, default_cache_path
-    from pipeline.local_judge.model import LABELS
+    from pipeline.local_judge.model import LABELS, texts_to_embed
     from pipeline.local_judge.train import (
         build_matrix,
         evaluate,
-        fit,
-        leave_one_group_out,
+        fit_and_evaluate,
         model_file,
     )
 
@@ -53,12 +52,14 @@ def train(
     except ConfigError as e:
         raise ConfigError(f"judges.{judge_name}.{e}") from e
     embedder = Embedder(default_cache_path(root) if spec.embedding_cache else None)
+    # every text of the training and held-out cases at once: one pool of encoder processes
+    embedder.embed(texts_to_embed([(c.units, c.bullets) for c in (*data.train, *data.heldout)]))
     m = build_matrix(data.train, embedder)
     cw = None if spec.train.class_weight == "none" else "balanced"
     c = spec.train.c
     log.info("local judge: %d training judgements from %s", len(m.y), ", ".join(data.train_groups))
-    logo = leave_one_group_out(m, c=c, class_weight=cw)
-    model = fit(m.x, m.y, c=c, class_weight=cw)
+    model, logo = fit_and_evaluate(m, c=c, class_weight=cw)
+    assert model is not None
     ref = data.reference_key
     metrics: dict[str, Any] = {
         "train_haystacks": data.train_groups,

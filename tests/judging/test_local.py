@@ -27,6 +27,7 @@ from pipeline.local_judge.train import (
     Matrix,
     build_matrix,
     fit,
+    fit_and_evaluate,
     leave_one_group_out,
     model_file,
 )
@@ -290,6 +291,26 @@ def test_leave_one_haystack_out_needs_two_haystacks() -> None:
     result = leave_one_group_out(two, c=1.0, class_weight=None)
     assert set(result["per_group"]) == {"news1", "news2"}
     assert result["pooled"]["n"] == 30
+
+
+def test_fits_side_by_side_give_the_fits_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full fit and the leave-one-out fits run in forked processes: the models and the
+    evaluation are the same bytes as fitted one after another in this process."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(90, len(FEATURE_NAMES)))
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
+    zeros = np.zeros(90, dtype=int)
+    m = Matrix(x, y, np.array(["news1", "news2", "news4"] * 30), zeros, zeros)
+    model, logo = fit_and_evaluate(m, c=1.0, class_weight="balanced")
+    assert model is not None
+    alone = fit(m.x, m.y, c=1.0, class_weight="balanced")
+    assert model_file(model, {}) == model_file(alone, {})
+    monkeypatch.setenv("LFBENCH_WORKERS", "1")
+    model1, logo1 = fit_and_evaluate(m, c=1.0, class_weight="balanced")
+    assert model1 is not None and model_file(model1, {}) == model_file(model, {})
+    assert json.dumps(logo1, sort_keys=True) == json.dumps(logo, sort_keys=True)
+    assert set(logo["per_group"]) == {"news1", "news2", "news4"}
+    assert leave_one_group_out(m, c=1.0, class_weight="balanced") == logo
 
 
 def test_vectors_do_not_depend_on_the_number_of_workers(
