@@ -1,14 +1,15 @@
 """Wall time of a cold `make repro` from a fresh clone, with the time of each stage.
 
     python perf/cold_repro.py [--mirror DIR] [--keep-download-cache] [--json] [--keep DIR]
+                              [--rev COMMIT]
 
-Clones the committed project into a temporary folder and runs the README's main command there
-(`make repro`: venv set-up, data fetch from the mirror, `lfbench check`, `dvc repro` on the
-default params), reading its output as it comes. The package download cache is a new empty
-folder (UV_CACHE_DIR) unless --keep-download-cache, so the set-up downloads what a fresh
-machine downloads; the embedding cache, the ONNX model and the MLflow store start empty because
-the clone does. Prints the total, the set-up (until the first stage starts), and the seconds of
-each stage (from one "Running stage" line to the next), slowest first.
+Clones the committed project (or commit `--rev`) into a temporary folder and runs the README's
+main command there (`make repro`: venv set-up, data fetch from the mirror, `lfbench check`, `dvc
+repro` on the default params), reading its output as it comes. The package download cache is a
+new empty folder (UV_CACHE_DIR) unless --keep-download-cache, so the set-up downloads what a
+fresh machine downloads; the embedding cache, the ONNX model and the MLflow store start empty
+because the clone does. Prints the total, the set-up (until the first stage starts), and the
+seconds of each stage (from one "Running stage" line to the next), slowest first.
 
 The issue-27 goal: at most 6 minutes on 2 cores, set-up included.
 """
@@ -41,10 +42,15 @@ def main() -> None:
     ap.add_argument(
         "--keep", type=Path, help="clone into this new folder and keep it (its dvc.lock, metrics)"
     )
+    ap.add_argument(
+        "--rev", help="check this commit out in the clone (a before/after on the same machine)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         clone = args.keep.resolve() if args.keep else Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        if args.rev:
+            subprocess.run(["git", "checkout", "-q", args.rev], cwd=clone, check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV",)}
         # the clone's own venv, not the caller's
         env["PATH"] = os.pathsep.join(
