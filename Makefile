@@ -10,7 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ## Python writes its bytecode caches (into .venv and pipeline/__pycache__, ignored by git and
 ## DVC). Some machines set PYTHONDONTWRITEBYTECODE; uv installs no bytecode; so without this each
 ## stage's process compiled every module it imports (mlflow, scikit-learn, dvc) from source
-## again: importing mlflow took 8 s instead of 3 (perf/import_time.py).
+## again: the imports a stage may need took 3 times as long (perf/import_time.py).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: repro test setup setup-dev setup-llm lint typecheck unit lock clean-venv
