@@ -84,31 +84,15 @@ class LinearModel:
         )
 
 
-def _cleaned(
-    cases: Sequence[tuple[Sequence[str], Sequence[str]]],
-) -> list[tuple[list[str], list[str]]]:
-    return [
-        ([clean_text(u) for u in units], [clean_text(b) for b in bullets])
-        for units, bullets in cases
-    ]
-
-
-def _distinct(cleaned: Sequence[tuple[list[str], list[str]]]) -> list[str]:
-    return list(dict.fromkeys(t for units, bullets in cleaned for t in (*units, *bullets)))
-
-
-def texts_to_embed(cases: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[str]:
-    """The distinct texts `featurise` embeds for these cases (to embed several sets of cases in
-    one go: one pool of encoder processes instead of one per set)."""
-    return _distinct(_cleaned(cases))
-
-
 def featurise(
     cases: Sequence[tuple[Sequence[str], Sequence[str]]], embedder: Embedder
 ) -> list[list[Row]]:
     """Feature rows per case and unit; every distinct text is embedded once, in one batch."""
-    cleaned = _cleaned(cases)
-    texts = _distinct(cleaned)
+    cleaned = [
+        ([clean_text(u) for u in units], [clean_text(b) for b in bullets])
+        for units, bullets in cases
+    ]
+    texts = list(dict.fromkeys(t for units, bullets in cleaned for t in (*units, *bullets)))
     vectors = embedder.embed(texts)
     index = {t: i for i, t in enumerate(texts)}
 

@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 from pipeline.core.parallel import fork_map
 from pipeline.core.records import LabelledCase
 from pipeline.local_judge.embeddings import ENCODER_ID, Embedder
-from pipeline.local_judge.features import FEATURE_NAMES
+from pipeline.local_judge.features import FEATURE_NAMES, Row
 from pipeline.local_judge.model import FORMAT, LABELS, LinearModel, featurise
 
 
@@ -35,7 +35,22 @@ class Matrix:
 
 
 def build_matrix(cases: Sequence[LabelledCase], embedder: Embedder) -> Matrix:
+    return build_matrices([cases], embedder)[0]
+
+
+def build_matrices(case_sets: Sequence[Sequence[LabelledCase]], embedder: Embedder) -> list[Matrix]:
+    """One matrix per set of cases, their texts embedded together (one pool of encoder
+    processes for all the sets, not one per set)."""
+    cases = [c for cs in case_sets for c in cs]
     rows = featurise([(c.units, c.bullets) for c in cases], embedder)
+    out, start = [], 0
+    for cs in case_sets:
+        out.append(_matrix(cs, rows[start : start + len(cs)]))
+        start += len(cs)
+    return out
+
+
+def _matrix(cases: Sequence[LabelledCase], rows: Sequence[Sequence[Row]]) -> Matrix:
     x, y, groups, top, links = [], [], [], [], []
     for case, case_rows in zip(cases, rows, strict=True):
         for r, label, link in zip(case_rows, case.labels, case.links, strict=True):
@@ -122,35 +137,33 @@ def leave_one_group_out(m: Matrix, *, c: float, class_weight: str | None) -> dic
 
     With a single group there is nothing to hold out: the result says so instead of fitting
     on nothing."""
-    return fit_and_evaluate(m, c=c, class_weight=class_weight, full=False)[1]
+    return fit_and_evaluate(m, c=c, class_weight=class_weight)[1]
 
 
 def fit_and_evaluate(
-    m: Matrix, *, c: float, class_weight: str | None, full: bool = True
-) -> tuple[LinearModel | None, dict[str, Any]]:
-    """The model fit on every group (when `full`) and the leave-one-group-out evaluation.
+    m: Matrix, *, c: float, class_weight: str | None
+) -> tuple[LinearModel, dict[str, Any]]:
+    """The model fit on every group, and the leave-one-group-out evaluation.
 
     The fits are independent, so they run side by side on the cores (`fork_map`); each is the
     single-threaded fit it would be alone, so the models are the same bytes on any number of
     cores."""
     groups = sorted(set(m.groups.tolist()))
-    held_out: list[Any] = groups if len(groups) >= 2 else []
-    jobs: list[Any] = held_out + ([None] if full else [])
+    held_out = groups if len(groups) >= 2 else []
 
-    def fit_without(g: Any) -> LinearModel:
+    def fit_without(g: str | None) -> LinearModel:
         keep = np.ones(len(m.y), dtype=bool) if g is None else m.groups != g
         return fit(m.x[keep], m.y[keep], c=c, class_weight=class_weight)
 
     # the largest fit (every group) first: the others fill the cores around it
-    models = fork_map(fit_without, jobs[::-1])[::-1]
-    model = models[-1] if full else None
+    model, *fitted = fork_map(fit_without, [None, *held_out])
     if not held_out:
         return model, {"pooled": None, "per_group": {}, "skipped": "needs two or more haystacks"}
     proba = np.zeros((len(m.y), 3))
     per_group = {}
-    for g, fitted in zip(held_out, models, strict=False):
+    for g, fitted_g in zip(held_out, fitted, strict=True):
         test = m.groups == g
-        proba[test] = fitted.proba(m.x[test])
+        proba[test] = fitted_g.proba(m.x[test])
         per_group[g] = {
             k: v for k, v in evaluate(proba[test], _subset(m, test)).items() if k != "per_class"
         }

@@ -33,9 +33,9 @@ def train(
     root: Path,
 ) -> dict[str, Any]:
     from pipeline.local_judge.embeddings import Embedder, default_cache_path
-    from pipeline.local_judge.model import LABELS, texts_to_embed
+    from pipeline.local_judge.model import LABELS
     from pipeline.local_judge.train import (
-        build_matrix,
+        build_matrices,
         evaluate,
         fit_and_evaluate,
         model_file,
@@ -52,14 +52,11 @@ def train(
     except ConfigError as e:
         raise ConfigError(f"judges.{judge_name}.{e}") from e
     embedder = Embedder(default_cache_path(root) if spec.embedding_cache else None)
-    # every text of the training and held-out cases at once: one pool of encoder processes
-    embedder.embed(texts_to_embed([(c.units, c.bullets) for c in (*data.train, *data.heldout)]))
-    m = build_matrix(data.train, embedder)
+    m, hm = build_matrices([data.train, data.heldout], embedder)
     cw = None if spec.train.class_weight == "none" else "balanced"
     c = spec.train.c
     log.info("local judge: %d training judgements from %s", len(m.y), ", ".join(data.train_groups))
     model, logo = fit_and_evaluate(m, c=c, class_weight=cw)
-    assert model is not None
     ref = data.reference_key
     metrics: dict[str, Any] = {
         "train_haystacks": data.train_groups,
@@ -69,7 +66,6 @@ def train(
         f"vs_{ref}_leave_one_haystack_out": logo,
     }
     if data.heldout_groups:
-        hm = build_matrix(data.heldout, embedder)
         metrics[f"vs_{ref}_heldout"] = {
             "haystacks": data.heldout_groups,
             **evaluate(model.proba(hm.x), hm),

@@ -39,6 +39,10 @@ def tokens(text: str) -> list[str]:
 @lru_cache(maxsize=20_000)
 def _tokens(text: str) -> tuple[str, ...]:
     """Each text is cut once (ROUGE-L and BLEU both tokenise the output and the reference)."""
+    return _cut(text)
+
+
+def _cut(text: str) -> tuple[str, ...]:
     jieba = _jieba()
     return tuple(jieba.lcut(text))  # type: ignore[attr-defined]
 
@@ -51,7 +55,9 @@ _PARALLEL_FROM = 2000  # texts: fewer are segmented in this process
 
 
 def _segment(text: str) -> tuple[str, ...]:
-    return tuple(t.lower() for t in tokens(text) if _WORD.search(t))
+    # cut directly: the corpus's tens of thousands of pieces, memoised in `_WORDS`, would only
+    # push the metrics' texts out of `_tokens`' cache
+    return tuple(t.lower() for t in _cut(text) if _WORD.search(t))
 
 
 def words(text: str) -> list[str]:
