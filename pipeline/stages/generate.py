@@ -134,6 +134,16 @@ def sliced(
     return out
 
 
+def model_dataset(
+    bench: AnyBenchmark, dataset: list[Any], spec: object, model: str, where: str
+) -> list[Any]:
+    """The items a model runs on: its own slice of the dataset when it has one for this
+    benchmark (what `generate` sends and `lfbench plan` counts), else the whole dataset."""
+    if isinstance(spec, OpenAIModel) and bench.name in spec.slice:
+        return sliced(bench, dataset, spec.slice[bench.name], model, where)
+    return dataset
+
+
 def generate(
     bench: AnyBenchmark,
     params: Params,
@@ -148,8 +158,7 @@ def generate(
     ctx = context(bench, params, root, data_dir)
     dataset = read_dataset(bench, dataset_path)
     report: UsageReport
-    if isinstance(spec, OpenAIModel) and bench.name in spec.slice:
-        dataset = sliced(bench, dataset, spec.slice[bench.name], model, str(dataset_path))
+    dataset = model_dataset(bench, dataset, spec, model, str(dataset_path))
     if isinstance(spec, OpenAIModel):
         endpoint = spec.endpoint()
         resolve_api_key(endpoint, f"models.{model}")

@@ -55,6 +55,7 @@ from pipeline.stages.common import (
     read_dataset,
     usage_path,
 )
+from pipeline.stages.generate import model_dataset
 
 # ---------------------------------------------------------------- arithmetic
 
@@ -333,7 +334,10 @@ class Planner:
         self, bench: AnyBenchmark, model: str, spec: OpenAIModel, dataset_path: str, data: str
     ) -> list[Any]:
         ctx = self._ctx(bench, data)
-        return bench.plan_generations(ctx, model, spec, self._dataset(bench, dataset_path))
+        dataset = model_dataset(
+            bench, self._dataset(bench, dataset_path), spec, model, dataset_path
+        )
+        return bench.plan_generations(ctx, model, spec, dataset)
 
     def generate(
         self, stage: str, benchmark: str, model: str, dataset_path: str, data: str

@@ -540,6 +540,8 @@ def test_own_models_on_their_own_slices(repro: tuple[Path, str]) -> None:
             params["summhay"]["judges"].append("local")  # judges any model, offline
 
         _edit_params(proj, add)
+        # the spend preview counts each model's own slice, as its generate stage sends it
+        plan = json.loads(run(["lfbench", "plan", "--json"], proj).stdout)
         out = run(["dvc", "repro"], proj)
         ran = set(_ran(out.stdout))
         assert "summhay-construct" not in ran and "long2rag-construct" not in ran
@@ -548,6 +550,7 @@ def test_own_models_on_their_own_slices(repro: tuple[Path, str]) -> None:
         # one subtopic x 1 setting per model on SummHay; 2 questions x 2 settings on Long²RAG
         sent = srv.log()
         assert len(sent) == 2 * (1 + 2 * 2)
+        assert plan["totals"]["requests"] == len(sent)
         after = {b: _rows_by_key(proj, b) for b in ("summhay", "long2rag")}
         ids_after = {b: _current_ids(proj, b) for b in ("summhay", "long2rag")}
         for b in ("summhay", "long2rag"):
