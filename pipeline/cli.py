@@ -44,14 +44,47 @@ STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-loc
 log = logging.getLogger("lfbench")
 
 
+ENV_VERBOSE = "LFBENCH_VERBOSE"  # 1: `--verbose` for every lfbench process (dvc repro's stages)
+# The loggers whose INFO lines a user reads: each stage's steps, progress and results.
+OWN_LOGGERS = ("lfbench", "pipeline")
+
+
+class _UserFacing(logging.Filter):
+    """Without `--verbose`: the project's INFO lines, and warnings and errors from anywhere.
+    A library's own chatter (bm25s sets its logger to DEBUG when imported; ONNX Runtime's
+    quantiser logs INFO lines on the root logger) stays out whatever level it chose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        own = record.name.split(".", 1)[0] in OWN_LOGGERS
+        return own and record.levelno >= logging.INFO
+
+
+def verbose_requested(flag: bool) -> bool:
+    """`--verbose`, or LFBENCH_VERBOSE=1 (how a `dvc repro` gets its stages' debug lines)."""
+    return flag or os.environ.get(ENV_VERBOSE, "").strip().lower() in ("1", "true", "yes")
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker", "bm25s"):
+    verbose = verbose_requested(verbose)
+    if verbose:
+        os.environ[ENV_VERBOSE] = "1"  # the stages this process starts (a container too)
+    else:
+        # MLflow logs through its own handler ("Creating initial MLflow database tables..."),
+        # set up when it is imported: its level comes from this variable.
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig: a host that set up logging keeps its own
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+        if not verbose:
+            handler.addFilter(_UserFacing())
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -97,7 +130,13 @@ def path_option(flag: str, dest: str | None = None) -> Callable[[F], F]:
 
 @click.group()
 @click.version_option(__version__, prog_name="lfbench")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Debug logging, libraries' included (LFBENCH_VERBOSE=1 does the same, also for the"
+    " stages of a dvc repro).",
+)
 def cli(verbose: bool) -> None:
     """lfbench: reproducible long-form RAG benchmarks."""
     _setup_logging(verbose)
@@ -454,7 +493,14 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
     decision, client = _runtime(root, params.runtime)
-    log.info("stage %s: runtime %s (%s)", stage_name, decision["runtime"], decision["why"])
+    # said by the stage that decides (with its one warning); the others follow it quietly
+    log.log(
+        logging.DEBUG if decision.get("remembered") else logging.INFO,
+        "stage %s: runtime %s (%s)",
+        stage_name,
+        decision["runtime"],
+        decision["why"],
+    )
     recipe_env = {ENV_IMAGE_RECIPE: str(decision["recipe"])}
     if decision["runtime"] == "local":
         os.environ.update({**git_env(root), **recipe_env, ENV_RUNTIME: "local"})
@@ -501,7 +547,7 @@ def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     recipe = containers.read_recipe(root)
     memo = containers.remembered(root, recipe, requested)
     if memo is not None:
-        return memo, None
+        return {**memo, "remembered": True}, None
     client = containers.docker_client() if requested != "local" else None
     decision = containers.decide(
         requested,

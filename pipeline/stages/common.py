@@ -207,7 +207,10 @@ def log_usage(stage: str, report: UsageReport) -> None:
             report.usage_missing,
         )
     if report.items:
-        log.info(
+        # a stage that called no model (the local judge, a baseline) has nothing to say here
+        called = report.requests_sent or report.cache_hits or report.cache_misses
+        log.log(
+            logging.INFO if called or report.journal_hits else logging.DEBUG,
             "%s: %d items, %d requests sent (%d retries), cache %d hits / %d misses, journal %d,"
             " tokens %d in / %d out, %s, %.1f s",
             stage,
