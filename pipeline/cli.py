@@ -699,12 +699,29 @@ def check(params_path: Path, dvc_file: Path) -> None:
     """Validate params.yaml whole (the core and every benchmark section, each by its package),
     and check that each stage of dvc.yaml depends on all the code it runs."""
     from pipeline.core import registry
+    from pipeline.core.config import OpenAIJudge
+    from pipeline.stages.common import applies
     from pipeline.tools import deps
 
     params = load_params(params_path)
     for name in params.benchmarks():
         section = params.section(name, registry.get(name).params_model)
         click.echo(f"{name}: {len(section.models)} models, {len(section.judges)} judges")
+        for judge in section.judges:  # what each LLM judge costs: the models it judges
+            if not isinstance(params.judges[judge], OpenAIJudge):
+                continue
+            judged = [m for m in section.models if applies(params, m, judge)]
+            left = [m for m in section.models if m not in judged]
+            click.echo(
+                f"  LLM judge {judge} judges: {', '.join(judged) or 'none of them'}"
+                + (f"; not (judges.{judge}.models): {', '.join(left)}" if left else "")
+            )
+            if not judged:
+                click.echo(
+                    f"  note: {judge} judges no model of {name} (by default an LLM judge judges"
+                    f" the models with calls): list the ones it should judge in"
+                    f" judges.{judge}.models, or write models: all"
+                )
     click.echo(f"{params_path}: valid")
     root = Path.cwd()
     stale = [c for c in deps.check(root, dvc_file) if c.uncovered]

@@ -47,11 +47,11 @@ from pipeline.core.types import ChatRequest, EndpointConfig
 from pipeline.llm.client import cache_key, effective_max_tokens
 from pipeline.stages.common import (
     agreement_stage,
-    applies,
     context,
     generate_stage,
     judge_stage,
     llm_paths,
+    not_judged,
     read_dataset,
     usage_path,
 )
@@ -417,8 +417,9 @@ class Planner:
         plan = StagePlan(cmd.name, "judge", benchmark, model, judge, provider=spec.provider)
         if not isinstance(spec, OpenAIJudge):
             return plan
-        if not applies(self.params, model, judge):
-            plan.notes.append("a replayed judge: nothing to judge for this model")
+        why = not_judged(self.params, model, judge)
+        if why is not None:
+            plan.notes.append(f"not judged, by choice: {why}")
             return plan
         bench = self._bench(benchmark)
         gens, extra = self._generations(cmd, plan)

@@ -277,7 +277,8 @@ def container_env(
 
     `runner_env` holds what the runner sets (git commit and dirtiness, runtime, image digest);
     from the caller's `environ` only LFBENCH_DATA_MIRROR, LFBENCH_VERBOSE, the API-key variables
-    params name and `env_passthrough` are copied, when set. Nothing else crosses (no PATH, HOME, tokens...).
+    params name and `env_passthrough` are copied, when set. Nothing else crosses (no PATH,
+    HOME, tokens...).
     """
     env = {k: v for k, v in runner_env.items() if k in RUNNER_VARS}
     for name in [ENV_DATA_MIRROR, ENV_VERBOSE, *allowed_names(raw_params)]:
