@@ -46,8 +46,9 @@ def _fake_venv(tmp: Path, *, with_model: bool) -> tuple[Path, dict[str, str]]:
     site = tmp / "site"
     site.mkdir()
     (bin_ / "pip").write_text(FAKE_PIP)
-    # The project's own Python (pipeline importable), seeing the stand-in's site folder first.
-    (bin_ / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    # The project's Python without its site-packages (where `make setup-llm` may have put the
+    # real model): the stand-in's site folder and the project's source only.
+    (bin_ / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     for exe in ("pip", "python"):
         (bin_ / exe).chmod(0o755)
     # The targets setup-llm depends on, up to date (newer than the locks).
@@ -57,7 +58,7 @@ def _fake_venv(tmp: Path, *, with_model: bool) -> tuple[Path, dict[str, str]]:
     env = {
         **os.environ,
         "FAKE_SITE": str(site),
-        "PYTHONPATH": str(site),
+        "PYTHONPATH": f"{site}:{ROOT}",
         "FAKE_SMOLLM2": "1" if with_model else "",
     }
     return venv, env
