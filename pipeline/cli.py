@@ -16,7 +16,8 @@
     lfbench report [--out DIR]             one HTML + markdown report of the current results
 
 Every error about bad input is printed as one line naming the file, item and field, and the
-command exits with status 2; a stage whose items partly failed exits with status 3. Output files
+command exits with status 2; a stage whose items partly failed exits with status 3 (so does
+`lfbench score` when a line could not be scored, its output written). Output files
 are checked as the command line is read, before any work. `lfbench <command> --help` works for
 every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
@@ -900,12 +901,18 @@ def report(out: Path, params_path: Path) -> None:
 def score(benchmark: str, src: Path, out: Path) -> None:
     """A benchmark's reference metrics on your own outputs, without the pipeline.
 
-    Each line comes back with "metrics" or, where it cannot be scored, "error"."""
+    Each line comes back with "metrics" or, where it cannot be scored, "error"; when any line
+    has an error the output is written and the command exits with status 3."""
     from pipeline.core import registry
     from pipeline.stages.score import score_file
 
-    scored, errors = score_file(registry.get(benchmark), src, out)
+    scored, errors, first = score_file(registry.get(benchmark), src, out)
     click.echo(f"wrote {out}: {scored} scored, {errors} with an error")
+    if errors:
+        raise StageFailed(
+            f"{errors} of {scored + errors} lines could not be scored (first: {first}); {out} is"
+            " written, each of them with its \"error\""
+        )
 
 
 @cli.group("bench")
