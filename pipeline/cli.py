@@ -911,7 +911,7 @@ def score(benchmark: str, src: Path, out: Path) -> None:
     if errors:
         raise StageFailed(
             f"{errors} of {scored + errors} lines could not be scored (first: {first}); {out} is"
-            " written, each of them with its \"error\""
+            ' written, each of them with its "error"'
         )
 
 
