@@ -799,12 +799,22 @@ def team_down_command(folder: Path) -> None:
 @click.option("--port", default=5000, show_default=True, type=int)
 def ui(host: str, port: int) -> None:
     """Serve the MLflow UI on the project's store (mlruns/mlflow.db, or $MLFLOW_TRACKING_URI)."""
+    from pipeline.stages.mlflow_store import check_reachable, masked
     from pipeline.stages.tracking import tracking_uri
 
     uri = tracking_uri(Path.cwd())
-    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    if uri.startswith(("http://", "https://")):
+        raise LfbenchError(
+            f"MLFLOW_TRACKING_URI is a tracking server ({masked(uri)}): it serves its own UI;"
+            " open it in a browser (`lfbench ui` serves a database store)"
+        )
+    check_reachable(uri)
+    # The store URI (and any password in it) reaches mlflow by its environment, never its
+    # command line, which every user of the machine can read (`ps`).
+    os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
+    argv = [sys.executable, "-m", "mlflow", "ui"]
     argv += ["--host", host, "--port", str(port), "--workers", "1"]
-    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, uri)
+    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, masked(uri))
     # No usage reports leave the machine (MLflow's own switches).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")

@@ -137,10 +137,16 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 
 def _client(root: Path) -> Any:
+    """A client of the project's store, once the store is known to answer (`mlflow_store`:
+    quick failure, bounded retries)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    from pipeline.stages.mlflow_store import bounded_http, check_reachable
+
     uri = tracking_uri(root)
+    bounded_http()
+    check_reachable(uri)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri)
 
@@ -183,6 +189,10 @@ def _open(root: Path, experiment: str) -> tuple[Any, str]:
     (MLflow's schema migrations racing) is retried, not reported as a traceback."""
     from mlflow.exceptions import MlflowException
 
+    from pipeline.core.errors import LfbenchError
+    from pipeline.stages.mlflow_store import scrub
+
+    uri = tracking_uri(root)
     last: Exception | None = None
     for attempt in range(6):
         try:
@@ -191,15 +201,17 @@ def _open(root: Path, experiment: str) -> tuple[Any, str]:
         except MlflowException as e:
             if e.error_code in ("RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
                 raise
+            if uri.startswith(("http://", "https://")):
+                raise  # a server's own retries are done: no migration to wait for
             last = e
         except Exception as e:  # SQLAlchemy's errors while the schema is being made
             if type(e).__module__.split(".")[0] != "sqlalchemy":
                 raise
             last = e
         time.sleep(0.5 * (attempt + 1))
-    raise RuntimeError(
-        f"MLflow store {redact(tracking_uri(root))}: could not open it after 6 tries: {last}"
-    ) from last
+    raise LfbenchError(
+        scrub(f"MLflow store {redact(uri)}: could not open it after 6 tries: {last}", uri)
+    ) from None
 
 
 def _current_runs(client: Any, experiment_id: str) -> list[Any]:
@@ -316,9 +328,11 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str
     if len(set(keys)) != len(keys):
         twice = sorted(k for k in set(keys) if keys.count(k) > 1)
         raise ValueError(f"MLflow experiment {experiment}: {producer} gives rows twice: {twice}")
+    from pipeline.stages.mlflow_store import store_errors
+
     workspace = workspace_id(root)
     uri = tracking_uri(root)
-    with _store_lock(uri):
+    with _store_lock(uri), store_errors(uri, f"logging the runs of {producer}"):
         client, exp_id = _open(root, experiment)
         abandoned = _clean_abandoned(client, exp_id, locked=uri.startswith("sqlite:///"))
         current = _of(producer, _current_runs(client, exp_id))
