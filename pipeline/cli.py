@@ -493,10 +493,11 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
-    decision, client = _runtime(root, params.runtime)
     # said by the stage that decides (with its one warning); the others follow it quietly
+    decided = containers.remembered(root, containers.read_recipe(root), params.runtime)
+    decision, client = _runtime(root, params.runtime)
     log.log(
-        logging.DEBUG if decision.get("remembered") else logging.INFO,
+        logging.DEBUG if decided else logging.INFO,
         "stage %s: runtime %s (%s)",
         stage_name,
         decision["runtime"],
@@ -548,7 +549,7 @@ def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     recipe = containers.read_recipe(root)
     memo = containers.remembered(root, recipe, requested)
     if memo is not None:
-        return {**memo, "remembered": True}, None
+        return memo, None
     client = containers.docker_client() if requested != "local" else None
     decision = containers.decide(
         requested,
