@@ -726,6 +726,10 @@ def check(params_path: Path, dvc_file: Path) -> None:
                 )
     click.echo(f"{params_path}: valid")
     root = Path.cwd()
+    from pipeline.stages.plan import context_fit
+
+    for line in context_fit(root, params):  # models that declare their context window
+        click.echo(line)
     stale = [c for c in deps.check(root, dvc_file) if c.uncovered]
     for c in stale:
         click.echo(f"{dvc_file}: stage {c.stage} runs code its deps miss: {', '.join(c.uncovered)}")
@@ -873,15 +877,30 @@ def ui(host: str, port: int) -> None:
             " open it in a browser (`lfbench ui` serves a database store)"
         )
     check_reachable(uri)
+    from pipeline.tools.ui import display_host, prepare_views
+
+    # Not MLflow's GenAI home page: each benchmark's current runs, its main metrics as columns
+    # (a shared view MLflow reads from an experiment tag), and its charts, main metric first.
+    base = f"http://{display_host(host)}:{port}"
+    views = prepare_views(uri, base)
     # The store URI (and any password in it) reaches mlflow by its environment, never its
     # command line, which every user of the machine can read (`ps`).
     os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
     argv = [sys.executable, "-m", "mlflow", "ui"]
     argv += ["--host", host, "--port", str(port), "--workers", "1"]
-    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, masked(uri))
+    if views:
+        click.echo("Open the runs of each benchmark (current results, main metrics as columns):")
+        for v in views:
+            click.echo(f"  {v.experiment}: {v.runs_url}")
+        click.echo("  (charts of the main metrics: the same link with &compareRunsMode=CHART)")
+    else:
+        click.echo(f"No lfbench results in this store yet (dvc repro logs them): {base}")
+    log.info("MLflow UI on %s (store %s); Ctrl-C stops it", base, masked(uri))
     # No usage reports leave the machine (MLflow's own switches).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
+    sys.stdout.flush()  # the links, before this process becomes mlflow's (a pipe buffers them)
+    sys.stderr.flush()
     os.execv(sys.executable, argv)
 
 
