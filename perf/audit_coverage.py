@@ -13,6 +13,10 @@ give. Per judge and n it reports, over the draws:
   width, and the mean error of its estimate;
 - `human`: the same for the classical interval from the n human labels alone (`classical_mean`).
 
+`--design srs` draws simple random samples instead (no stratification), for comparison: the
+audit's stratified draw already uses the judge's labels, so there the human-only estimate is as
+accurate as the corrected one and only its interval (which assumes simple random draws) is wider.
+
 Judges: the local judge (stage local-judge-train's model, judging the annotated summaries as
 stage summhay-agreement does: `dvc repro local-judge-train` first) and the released GPT-4o
 judgements (`prompted_gpt-4o`, what the `published-gpt-4o` judge stands for). Nothing is timed.
@@ -28,6 +32,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
 
 from pipeline.benchmarks.summhay.agreement import SCORE  # noqa: E402
 from pipeline.core.config import load_params  # noqa: E402
@@ -67,19 +73,28 @@ def judges_on_people(root: Path) -> tuple[list[float], dict[str, tuple[list[str]
 
 
 def study(
-    human: list[float], judge: tuple[list[str], list[float]], items: list[str], n: int, draws: int
+    human: list[float],
+    judge: tuple[list[str], list[float]],
+    items: list[str],
+    n: int,
+    draws: int,
+    design: str = "audit",
 ) -> dict[str, Any]:
     labels, values = judge
     target = sum(human) / len(human)
     rows = {"ppi": [], "human": []}  # type: dict[str, list[tuple[bool, float, float]]]
     for d in range(draws):
-        idx = systematic_sample(labels, items, n, seed=d)
+        if design == "audit":
+            idx = systematic_sample(labels, items, n, seed=d)
+        else:  # simple random sampling, for comparison
+            rng = np.random.default_rng(d)
+            idx = sorted(int(i) for i in rng.choice(len(human), size=n, replace=False))
         h = [human[i] for i in idx]
         ppi = ppi_mean(values, [values[i] for i in idx], h)
         hum = classical_mean(h)
         for name, est in (("ppi", ppi), ("human", hum)):
             rows[name].append((est.low <= target <= est.high, est.width, est.estimate - target))
-    out: dict[str, Any] = {"n": n, "draws": draws, "target": round(target, 3)}
+    out: dict[str, Any] = {"n": n, "draws": draws, "design": design, "target": round(target, 3)}
     for name, rs in rows.items():
         out[name] = {
             "coverage": sum(r[0] for r in rs) / len(rs),
@@ -96,6 +111,12 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--sizes", default="30,60,120")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--design",
+        choices=("audit", "srs"),
+        default="audit",
+        help="audit: as `lfbench audit sample` draws; srs: simple random draws",
+    )
     args = ap.parse_args()
     human, judges = judges_on_people(ROOT)
     raw = json.loads(LABELS.read_text(encoding="utf-8"))
@@ -103,7 +124,9 @@ def main() -> None:
     results = []
     for name, judge in judges.items():
         for n in (int(x) for x in args.sizes.split(",")):
-            results.append({"judge": name, **study(human, judge, items, n, args.draws)})
+            results.append(
+                {"judge": name, **study(human, judge, items, n, args.draws, args.design)}
+            )
     if args.json:
         print(json.dumps(results, indent=1))
         return
