@@ -82,8 +82,8 @@ def ppi_mean(
         raise ValueError(f"{len(fl)} judge values against {len(hl)} human labels")
     if len(hl) < 2:
         raise ValueError(f"{len(hl)} labelled unit(s): an interval needs at least 2")
-    if len(f) < len(hl):
-        raise ValueError(f"{len(hl)} labelled units but only {len(f)} judged ones")
+    if len(f) < 2:
+        raise ValueError(f"{len(f)} judged unit(s): an interval needs at least 2")
     big_n = len(f)
     if (weights_all is None) != (weights_labelled is None):
         raise ValueError("give weights for all units and for the labelled ones, or neither")

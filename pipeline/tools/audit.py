@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -180,6 +181,7 @@ def current_run(client: Any, benchmark: str, row_key: str) -> Any:
 
 def row_items(client: Any, run: Any) -> set[str]:
     """The item ids the run's row scored (its `items.jsonl` artifact)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = Path(client.download_artifacts(run.info.run_id, "items.jsonl", tmp))

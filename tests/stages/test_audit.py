@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -318,3 +319,82 @@ def test_log_audit_writes_nan_for_an_undefined_figure(project: Path) -> None:
     log_audit(client, run.info.run_id, {"audit.kappa": 0.5}, {})
     log_audit(client, run.info.run_id, {"audit.kappa": None}, {})
     assert math.isnan(client.get_run(run.info.run_id).data.metrics["audit.kappa"])
+
+
+def test_released_labels_give_a_released_systems_row_its_own_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: Path
+) -> None:
+    """SummHay's annotators' labels on gpt-4o's oracle summaries (news, 28 verdicts) audit
+    the row of gpt-4o / oracle judged by the replayed GPT-4o judge (which stands in on them with
+    the released `prompted_gpt-4o` predictions): kappa and the corrected coverage, checked
+    against an independent computation from the labels file."""
+    import yaml
+    from sklearn.metrics import cohen_kappa_score
+
+    from pipeline.tools.audit import score_released
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("LFBENCH_WORKSPACE", "test")
+    labels_file = mirror / "summhay" / "eval_benchmark_data.json"
+    raw = json.loads(labels_file.read_text(encoding="utf-8"))
+    judge_of = {"FULL_COVERAGE": "F", "PARTIAL_COVERAGE": "P", "NO_COVERAGE": "N"}
+    human_of = {"fully_covered": "F", "partially_covered": "P", "not_covered": "N"}
+    pairs = []
+    for s in raw:
+        if s["summkey"] != "summary_subtopic_oracle_gpt-4o" or s.get("topic_fn"):
+            continue
+        pred = {p["insight_id"]: judge_of[p["coverage"]] for p in s["predictions_prompted_gpt-4o"]}
+        pairs += [(pred[a["insight_id"]], human_of[a["coverage"]]) for a in s["annotation"]]
+    assert len(pairs) == 28
+    # the row: 4 summaries x 5 insights judged by the replayed judge (its values: 20 units)
+    labels = JUDGE + OTHERS
+    gens, judgements = [], []
+    for g in range(4):
+        gen = Generation(
+            benchmark="summhay", item_id=f"news1/sub{g}", model="published", system="gpt-4o",
+            setting="oracle", status="ok", text=f"- summary {g}",
+        )  # fmt: skip
+        gens.append(gen)
+        verdicts = [Verdict(target_id=f"i{g}{k}", label=LABEL[labels[5 * g + k]]) for k in range(5)]
+        judgements.append(Judgement.of("summhay", gen, JUDGE_NAME, "published", "ok", verdicts))
+    _write(tmp_path / "generations/summhay/published.jsonl", gens)
+    _write(tmp_path / f"judgements/summhay/published/{JUDGE_NAME}.jsonl", judgements)
+    spec = _spec(52.5)
+    spec = RunSpec(
+        row_key="gpt-4o|oracle",
+        name="gpt-4o / oracle / published-gpt-4o",
+        metrics=spec.metrics,
+        params={**spec.params, "system": "gpt-4o"},
+        tags=spec.tags,
+        artifacts=spec.artifacts,
+    )
+    other = RunSpec(  # gemini: fewer than --min-labels labels of its own: no audit
+        row_key="gemini|oracle",
+        name="gemini-1.5-pro / oracle / published-gpt-4o",
+        metrics=spec.metrics,
+        params={**spec.params, "system": "gemini-1.5-pro"},
+        tags=spec.tags,
+        artifacts=spec.artifacts,
+    )
+    sync("summhay", [spec, other], tmp_path, producer="summhay-aggregate")
+    prompts = "pipeline/benchmarks/summhay/prompts"  # the stage context loads them
+    shutil.copytree(ROOT / prompts, tmp_path / prompts)
+    cfg = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    cfg["summhay"]["judges"] = [JUDGE_NAME]  # the replayed judge only: no local judge to load
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    params = load_params(tmp_path / "params.yaml", ["summhay"])
+
+    (result,) = score_released(
+        tmp_path, params, "summhay", min_labels=20, n_resamples=100, labels_path=labels_file
+    )
+    js, hs = [p[0] for p in pairs], [p[1] for p in pairs]
+    value = {"F": 100.0, "P": 50.0, "N": 0.0}
+    assert result["run_name"] == "gpt-4o / oracle / published-gpt-4o"
+    assert result["audit.n"] == 28
+    assert result["audit.kappa"] == pytest.approx(cohen_kappa_score(js, hs))
+    rectifier = sum(value[h] - value[j] for j, h in pairs) / 28
+    assert result["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
+    assert "28 verdicts on other outputs of gpt-4o / oracle (domain news)" in result["labels"]
+    run = _client(tmp_path).get_run(result["run_id"])
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
+    assert run.data.tags["audit.sample"] == "released:eval_benchmark_data.json"
