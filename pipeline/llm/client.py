@@ -312,9 +312,10 @@ def _make_transport_class() -> Any:
         is the SDK's own `aiohttp` option made leaner for hundreds of requests per second.
         """
 
-        def __init__(self, session: Any, proxy: str | None) -> None:
+        def __init__(self, session: Any, proxy: str | None, deadline: float) -> None:
             self.session = session
             self.proxy = proxy
+            self.deadline = deadline  # timeout_s: the whole attempt, from connecting to the body
 
         async def handle_async_request(self, request: Any) -> Any:
             import aiohttp
@@ -322,19 +323,24 @@ def _make_transport_class() -> Any:
             timeout = request.extensions.get("timeout", {})
             sending = True  # until the answer starts: a ValueError before is the client's own
             try:
-                async with self.session.request(
-                    request.method,
-                    str(request.url),
-                    headers=dict(request.headers),
-                    data=request.content or None,
-                    allow_redirects=False,
-                    proxy=self.proxy,
-                    timeout=aiohttp.ClientTimeout(
-                        total=None,
-                        sock_connect=timeout.get("connect"),
-                        sock_read=timeout.get("read"),
-                    ),
-                ) as resp:
+                # One deadline for the attempt: aiohttp's own timeouts time each read, so a
+                # server sending a byte at a time would hold the attempt for ever.
+                async with (
+                    asyncio.timeout(self.deadline),
+                    self.session.request(
+                        request.method,
+                        str(request.url),
+                        headers=dict(request.headers),
+                        data=request.content or None,
+                        allow_redirects=False,
+                        proxy=self.proxy,
+                        timeout=aiohttp.ClientTimeout(
+                            total=None,
+                            sock_connect=timeout.get("connect"),
+                            sock_read=timeout.get("read"),
+                        ),
+                    ) as resp,
+                ):
                     sending = False
                     body = await resp.read()
                     return httpx2.Response(
@@ -380,7 +386,7 @@ def _http_client(session: Any, proxy: str | None, timeout: float) -> Any:
         _CLASSES = _make_transport_class()
         _NO_PLATFORM_HEADERS = _platform_headers_omitted()
     transport_cls, client_cls = _CLASSES
-    return client_cls(transport=transport_cls(session, proxy), timeout=timeout)
+    return client_cls(transport=transport_cls(session, proxy, timeout), timeout=timeout)
 
 
 _CLASSES: tuple[Any, Any] | None = None
