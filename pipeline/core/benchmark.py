@@ -523,7 +523,7 @@ class AuditScale:
     name: str  # the assessment's name in MLflow (e.g. "coverage")
     labels: tuple[str, ...]
     values: Mapping[str, float]
-    metric: str
+    metric: str | None  # None: the verdicts average to none of the row's metrics (kappa only)
     meaning: str
     # The metric is a mean over items of each item's mean over its units (a macro average, e.g.
     # Long²RAG's KPR), not a mean over all units pooled (SummHay's Coverage).

@@ -82,7 +82,7 @@ class Scale(_Strict):
     name: str
     labels: tuple[str, ...]
     values: dict[str, float]
-    metric: str
+    metric: str | None
     meaning: str
     per_item: bool = False
 
@@ -570,6 +570,16 @@ def audit_numbers(
     of the metric and the human-only interval, the judge's own mean."""
     v = scale.values
     kappa = audit_kappa(pairs.judge, pairs.human, scale.labels, n_resamples=n_resamples, seed=seed)
+    out: dict[str, float | None] = {
+        "audit.n": float(kappa.n),
+        "audit.n_units": float(len(pairs.values)),
+        "audit.kappa": kappa.kappa,
+        "audit.kappa_ci_low": kappa.low,
+        "audit.kappa_ci_high": kappa.high,
+        "audit.exact_agreement": kappa.exact,
+    }
+    if scale.metric is None:  # the verdicts average to none of the run's metrics: kappa only
+        return out
     fl = [v[x] for x in pairs.judge]
     hl = [v[x] for x in pairs.human]
     ppi = ppi_mean(
@@ -589,19 +599,12 @@ def audit_numbers(
         lw = pairs.labelled_weights or []
         scale_w = len(lw) / sum(lw)
         human = classical_mean([h * x * scale_w for h, x in zip(hl, lw, strict=True)])
-    m = f"audit.{scale.metric}"
-    out: dict[str, float | None] = {
-        "audit.n": float(kappa.n),
-        "audit.n_units": float(len(pairs.values)),
-        "audit.kappa": kappa.kappa,
-        "audit.kappa_ci_low": kappa.low,
-        "audit.kappa_ci_high": kappa.high,
-        "audit.exact_agreement": kappa.exact,
+    return {
+        **out,
         "audit.judge_mean": judge_mean,
-        **_est(f"{m}_ppi", ppi),
+        **_est(f"audit.{scale.metric}_ppi", ppi),
         **_est("audit.human_mean", human),
     }
-    return out
 
 
 def _est(name: str, e: Estimate) -> dict[str, float | None]:
@@ -695,7 +698,7 @@ def score_sample(
         "judge": sample.judge,
         "judge_prompt_sha": sample.judge_prompt_sha,
         "metric": scale.metric,
-        "row_metric": run.data.metrics.get(scale.metric),
+        "row_metric": run.data.metrics.get(scale.metric) if scale.metric else None,
         "labels": f"{len(labelled)} of {len(sample.units)} units labelled ("
         + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))
         + ")",
@@ -818,7 +821,7 @@ def score_released(
             "judge": p["judge"],
             "judge_prompt_sha": run.data.tags.get("judge.prompt_sha", ""),
             "metric": scale.metric,
-            "row_metric": run.data.metrics.get(scale.metric),
+            "row_metric": run.data.metrics.get(scale.metric) if scale.metric else None,
             "labels": source,
             **numbers,
         }
@@ -881,17 +884,20 @@ def render(results: Sequence[Mapping[str, Any]]) -> str:
         return "no run audited (none with enough labels)\n"
     lines = []
     for r in results:
-        m = f"audit.{r['metric']}_ppi"
         lines += [
             f"{r['run_name']}  (run {r['run_id']}, sample {r['sample']})",
             f"  labels: {r['labels']}",
             f"  kappa {_f(r['audit.kappa'], 3)} [{_f(r['audit.kappa_ci_low'], 3)},"
             f" {_f(r['audit.kappa_ci_high'], 3)}] on n={int(r['audit.n'])}; exact agreement"
             f" {_f(100 * r['audit.exact_agreement'], 1)}%",
-            f"  {r['metric']}: judge {_f(r['audit.judge_mean'])} on {int(r['audit.n_units'])}"
-            f" verdicts (the row: {_f(r.get('row_metric'))}); corrected {_f(r[m])}"
-            f" [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}]; people alone"
-            f" {_f(r['audit.human_mean'])} [{_f(r['audit.human_mean_ci_low'])},"
-            f" {_f(r['audit.human_mean_ci_high'])}]",
         ]
+        m = f"audit.{r['metric']}_ppi"
+        if r.get("metric") and m in r:
+            lines.append(
+                f"  {r['metric']}: judge {_f(r['audit.judge_mean'])} on"
+                f" {int(r['audit.n_units'])} verdicts (the row: {_f(r.get('row_metric'))});"
+                f" corrected {_f(r[m])} [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}];"
+                f" people alone {_f(r['audit.human_mean'])} [{_f(r['audit.human_mean_ci_low'])},"
+                f" {_f(r['audit.human_mean_ci_high'])}]"
+            )
     return "\n".join(lines) + "\n"

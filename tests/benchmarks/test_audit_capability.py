@@ -104,3 +104,33 @@ def test_summhay_released_labels_name_the_system_setting_and_domain() -> None:
         ("PARTIAL_COVERAGE", "FULL_COVERAGE"),
         (None, "NO_COVERAGE"),
     ]
+
+
+def test_crux_shows_the_passage_against_the_sub_question_and_gives_kappa_only() -> None:
+    from pipeline.benchmarks.crux.schema import Passage, Query, QueryView, SubQuestion
+    from pipeline.tools.audit import Pairs, Scale, audit_numbers
+
+    bench, ctx = _ctx("crux")
+    assert bench.audit is not None
+    scale = bench.audit.scale(ctx)
+    assert scale.metric is None and scale.labels == ("5", "4", "3", "2", "1", "0")
+    view = QueryView(
+        Query(
+            item_id="c/q1",
+            query="q",
+            domain="d",
+            subquestions=[SubQuestion(qid="s1", text="Who closed stores?")],
+            ratings={"p1": [5]},
+            zstar=["p1"],
+        ),
+        {"p1": Passage(pid="p1", text="Foot Locker closed stores.", tokens=5)},
+    )
+    shown = bench.audit.view(ctx, view, _gen("c/q1", ""), "p1#s1")
+    assert shown == {"sub-question": "Who closed stores?", "passage": "Foot Locker closed stores."}
+    with pytest.raises(DataError, match="no such passage or sub-question"):
+        bench.audit.view(ctx, view, _gen("c/q1", ""), "p9#s1")
+    # no metric is a mean of the ratings: the audit gives kappa, no corrected score
+    pairs = Pairs([5.0, 3.0, 0.0], None, ["5", "3", "0"], ["5", "2", "0"], None)
+    numbers = audit_numbers(Scale.of(scale), pairs, n_resamples=50)
+    assert numbers["audit.exact_agreement"] == pytest.approx(2 / 3)
+    assert not any(k.endswith("_ppi") or k.startswith("audit.human") for k in numbers)
