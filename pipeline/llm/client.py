@@ -65,6 +65,9 @@ BACKOFF_CAP_S = 30.0
 RETRY_AFTER_CAP_S = 60.0
 PROGRESS_LOG_EVERY_S = 10.0
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+# finish_reason of an answer the server cut short: for length (max_tokens, or the context window
+# full), or by its content filter. Such an answer is kept as it came (perhaps empty), flagged.
+CUT_REASONS = frozenset({"length", "content_filter"})
 CACHE_KEY_VERSION = 1
 
 
@@ -220,6 +223,9 @@ def parse_completion(raw: bytes) -> _Answer:
     except (KeyError, IndexError, TypeError):
         raise _Retry(f"not a chat completion: {_short(repr(raw[:200]))}") from None
     content = message.get("content") if isinstance(message, dict) else None
+    finish = choice.get("finish_reason")
+    if content is None and finish == "content_filter":
+        content = ""  # the filter stopped it before any text: an answer, cut (not retried)
     if not isinstance(content, str):
         refusal = message.get("refusal") if isinstance(message, dict) else None
         if isinstance(refusal, str) and refusal:
@@ -235,7 +241,6 @@ def parse_completion(raw: bytes) -> _Answer:
             isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
             for k in ("prompt_tokens", "completion_tokens")
         )
-    finish = choice.get("finish_reason")
     return _Answer(content, None if finish is None else str(finish), tin, tout, missing)
 
 
@@ -771,7 +776,7 @@ async def run_chat(
         output_tokens=sum(r.output_tokens for r in sent),
         cost_usd=None if missing else sum(c for c in costs if c is not None),
         wall_s=round(time.monotonic() - t0, 3),
-        truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason == "length"),
+        truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason in CUT_REASONS),
         cache_corrupt=cache.corrupt if cache is not None else 0,
         waited=stats["waited"],
         journal_corrupt=journal.corrupt,
