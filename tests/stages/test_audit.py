@@ -199,7 +199,7 @@ def test_a_ten_unit_audit_from_a_csv_logs_kappa_and_the_corrected_score(project:
 
 
 def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
-    project: Path,
+    project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     import mlflow
     from mlflow.entities import AssessmentSource, AssessmentSourceType
@@ -225,8 +225,15 @@ def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
             )
 
     person(range(6))
+    mlflow.log_feedback(  # feedback of another name: not a label, and said so
+        trace_id=traces["u09"],
+        name="quality",
+        value="FULL_COVERAGE",
+        source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="ann"),
+    )
     first = score_sample(project, _params(), "s1", n_resamples=100)
     assert first["audit.n"] == 6
+    assert "(unit u09): feedback 'quality' by ann is not named 'coverage'" in caplog.text
     person(range(6, 10))
     second = score_sample(project, _params(), "s1", n_resamples=100)
     assert second["run_id"] == first["run_id"]
