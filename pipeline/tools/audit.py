@@ -520,14 +520,24 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
             continue
         if units[unit].trace_id not in (None, t.info.trace_id):
             continue  # a trace of an earlier, stopped attempt
-        human = [
+        people = [
             a
             for a in t.info.assessments
-            if a.name == sample.scale.name
-            and a.source.source_type == "HUMAN"
+            if a.source.source_type == "HUMAN"
             and a.valid is not False
             and getattr(a, "feedback", None) is not None
         ]
+        human = [a for a in people if a.name == sample.scale.name]
+        for a in people:
+            if a.name != sample.scale.name:
+                log.warning(
+                    "trace %s (unit %s): feedback %r by %s is not named %r: not read as a label",
+                    t.info.trace_id,
+                    unit,
+                    a.name,
+                    a.source.source_id,
+                    sample.scale.name,
+                )
         if not human:
             continue
         latest = max(human, key=lambda a: (a.last_update_time_ms or 0, a.create_time_ms or 0))

@@ -199,7 +199,7 @@ def test_a_ten_unit_audit_from_a_csv_logs_kappa_and_the_corrected_score(project:
 
 
 def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
-    project: Path,
+    project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     import mlflow
     from mlflow.entities import AssessmentSource, AssessmentSourceType
@@ -225,8 +225,15 @@ def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
             )
 
     person(range(6))
+    mlflow.log_feedback(  # feedback of another name: not a label, and said so
+        trace_id=traces["u09"],
+        name="quality",
+        value="FULL_COVERAGE",
+        source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="ann"),
+    )
     first = score_sample(project, _params(), "s1", n_resamples=100)
     assert first["audit.n"] == 6
+    assert "(unit u09): feedback 'quality' by ann is not named 'coverage'" in caplog.text
     person(range(6, 10))
     second = score_sample(project, _params(), "s1", n_resamples=100)
     assert second["run_id"] == first["run_id"]
@@ -398,3 +405,95 @@ def test_released_labels_give_a_released_systems_row_its_own_audit(
     run = _client(tmp_path).get_run(result["run_id"])
     assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
     assert run.data.tags["audit.sample"] == "released:eval_benchmark_data.json"
+
+
+def test_a_sample_of_a_runs_verdicts_as_traces_and_a_csv_changes_nothing_of_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make_sample` on a row of the mini haystack (3 verdicts): the units, the CSV, one trace
+    per unit linked to the run with the judge's verdict as its assessment; the same draw again
+    makes nothing new; another draw under the same name is refused; the row's next sync skips
+    its run."""
+    import mlflow
+
+    from pipeline.core import registry
+    from pipeline.data.haystacks import normalise, parse_raw_haystack
+    from pipeline.tools.audit import make_sample
+    from tests.conftest import mini_haystack
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("LFBENCH_WORKSPACE", "test")
+    hay = normalise("news1", parse_raw_haystack(mini_haystack(), "t.json"), source_file="t.json")
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets/summhay.jsonl").write_text(hay.model_dump_json() + "\n", "utf-8")
+    raw = mini_haystack()["subtopics"]
+    gens, judgements = [], []
+    for sub in raw:
+        gen = Generation(
+            benchmark="summhay", item_id=f"news1/{sub['subtopic_id']}", model="published",
+            system="sysA", setting="oracle", status="ok",
+            text="\n".join(sub["summaries"]["summary_subtopic_oracle_sysA"]),
+        )  # fmt: skip
+        gens.append(gen)
+        verdicts = [
+            Verdict(target_id=e["insight_id"], label=e["coverage"], link=e["bullet_id"])
+            for e in sub["eval_summaries"]["summary_subtopic_oracle_sysA"]
+        ]
+        judgements.append(Judgement.of("summhay", gen, JUDGE_NAME, "published", "ok", verdicts))
+    _write(tmp_path / "generations/summhay/published.jsonl", gens)
+    _write(tmp_path / f"judgements/summhay/published/{JUDGE_NAME}.jsonl", judgements)
+    items = [{"item_id": g.item_id, "values": {}, "parts": {}} for g in gens]
+    spec = RunSpec(
+        row_key=ROW,
+        name="sysA / oracle / published-gpt-4o",
+        metrics={"coverage": 50.0},
+        params={"model": "published", "judge": JUDGE_NAME, "system": "sysA", "setting": "oracle"},
+        tags={"judge.name": JUDGE_NAME},
+        artifacts={"items.jsonl": items},
+    )
+    sync("summhay", [spec], tmp_path, producer="summhay-aggregate")
+    client = _client(tmp_path)
+    exp = client.get_experiment_by_name("summhay").experiment_id
+    (run,) = client.search_runs([exp])
+    bench = registry.get("summhay")
+
+    sample, path = make_sample(tmp_path, _params(), bench, run.info.run_id, 2, seed=0, name="m")
+    assert path == tmp_path / "audits/m.json" and sample.n_units == 3
+    assert [u.unit for u in sample.units] == ["u1", "u2"]
+    texts = {"i1": "Insight one.", "i2": "Insight two.", "i3": "Insight three."}
+    for u in sample.units:
+        assert u.inputs["insight"] == texts[u.target_id]
+        assert u.inputs["summary"].startswith("1. ")
+        assert u.trace_id is not None
+    rows = list(csv.DictReader((tmp_path / "audits/m.csv").open(encoding="utf-8")))
+    assert list(rows[0]) == [*("sample", "unit", "item_id", "target_id", "insight", "summary"),
+                             "scale", "label"]  # fmt: skip
+    assert [r["label"] for r in rows] == ["", ""]
+    assert "judge_label" not in rows[0]  # the CSV is for labelling blind
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    traces = mlflow.search_traces(locations=[exp], return_type="list")
+    assert sorted(t.info.trace_id for t in traces) == sorted(u.trace_id for u in sample.units)
+    for t in traces:
+        unit = next(u for u in sample.units if u.trace_id == t.info.trace_id)
+        assert t.info.request_metadata["mlflow.sourceRun"] == run.info.run_id
+        assert t.info.tags["lfbench.audit.sample"] == "m"
+        assert t.info.tags["lfbench.audit.scale"].startswith("coverage: FULL_COVERAGE |")
+        (judged,) = t.info.assessments
+        assert (judged.name, judged.value, judged.source.source_type) == (
+            "coverage",
+            unit.judge_label,
+            "LLM_JUDGE",
+        )
+    assert client.get_run(run.info.run_id).data.tags["audit.samples"] == "m"
+
+    again, _ = make_sample(tmp_path, _params(), bench, run.info.run_id, 2, seed=0, name="m")
+    assert again == sample
+    assert len(mlflow.search_traces(locations=[exp], return_type="list")) == 2
+    with pytest.raises(LfbenchError, match=r"'m' exists .* and was drawn differently"):
+        make_sample(tmp_path, _params(), bench, run.info.run_id, 3, seed=0, name="m")
+    with pytest.raises(LfbenchError, match="4 asked, but its judge gave 3 verdicts"):
+        make_sample(tmp_path, _params(), bench, run.info.run_id, 4, seed=0, name="m4")
+
+    same = sync("summhay", [spec], tmp_path, producer="summhay-aggregate")
+    assert (same.created, same.skipped) == (0, 1)
+    assert client.get_run(run.info.run_id).data.metrics == {"coverage": 50.0}
