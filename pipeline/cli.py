@@ -177,8 +177,11 @@ def stage(ctx: click.Context) -> None:
     """Run one pipeline stage in this process (normally called through `lfbench run`)."""
     argv = ctx.meta.get("lfbench.stage_argv") or []
     if ctx.invoked_subcommand and "--help" not in argv:
+        from pipeline.data.verify import data_paths, verify_data
         from pipeline.tools.containers import write_stage_record
 
+        # before anything is written: the raw data it reads must be the pinned bytes
+        verify_data(Path.cwd(), data_paths(Path.cwd(), argv[1:]))
         write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
 
@@ -413,6 +416,9 @@ def agreement_command(**kwargs: Any) -> None:
     Writes {"rows": [...]}, one row per judge (and per pair of judges with --judgements).
     Runs in this process; `lfbench run agreement` (the DVC stage) picks the runtime.
     """
+    from pipeline.data.verify import data_paths, verify_data
+
+    verify_data(Path.cwd(), data_paths(Path.cwd(), [str(kwargs["labels"])]))
     _run_agreement(**kwargs)
 
 
