@@ -20,7 +20,8 @@
 
 Every error about bad input is printed as one line naming the file, item and field, and the
 command exits with status 2; a stage whose items partly failed exits with status 3 (so does
-`lfbench score` when a line could not be scored, its output written). Output files
+`lfbench score` when a line could not be scored, its output written); a stage stopped by Ctrl-C
+exits with status 130 once the requests in flight are in its journal. Output files
 are checked as the command line is read, before any work. `lfbench <command> --help` works for
 every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
@@ -39,7 +40,7 @@ import click
 
 from pipeline import __version__
 from pipeline.core.config import load_params, load_yaml
-from pipeline.core.errors import LfbenchError, StageFailed
+from pipeline.core.errors import Interrupted, LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -1074,6 +1075,9 @@ def main() -> None:
     except StageFailed as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(3)
+    except Interrupted as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(130)
     except LfbenchError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
