@@ -122,7 +122,7 @@ class UsageReport(BaseModel):
     output_tokens: int
     cost_usd: float | None  # None: unknown (answers without usage, `usage_missing`), not $0
     wall_s: float
-    truncated: int = 0  # answers the server cut for length (finish_reason: length)
+    truncated: int = 0  # answers the server cut (finish_reason: length, or content_filter)
     cache_corrupt: int = 0  # cache entries that failed their checksum (refused, fetched again)
     waited: int = 0  # answers another worker was fetching (its claim): waited for, not sent
     journal_corrupt: int = 0  # journal lines that failed their checksum (refused, fetched again)

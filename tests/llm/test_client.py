@@ -46,6 +46,7 @@ SCRIPT: list[dict[str, Any]] = [
     {"match": "[bad-request]", "status": 400, "reply": "this request is invalid"},
     {"match": "[always-500]", "status": 500, "reply": "down"},
     {"match": "[fixed]", "reply": "a fixed answer"},
+    {"match": "[drip-twice]", "faults": ["drip", "drip"]},
 ]
 
 
@@ -205,6 +206,27 @@ def test_hang_times_out_and_is_retried(server: TestServer, tmp_path: Path) -> No
     assert r.status == "ok" and r.requests == 2 and r.retries == 1
     served = [x for x in log_for(server, rs) if x["served"]]
     assert len(served) == 1
+
+
+def test_timeout_s_is_a_deadline_for_the_whole_attempt(server: TestServer, tmp_path: Path) -> None:
+    """A server that sends its answer one byte a second (each read well within timeout_s) is
+    given up on at timeout_s, then retried (issue 36, point 5: an attempt lasted 256 s with
+    timeout_s 5, aiohttp timing each read only). The answer would take ~200 s per attempt; a
+    minute's bound on the whole run fails the old code."""
+    import asyncio
+
+    from pipeline.llm.client import run_chat
+
+    rs = reqs(1, "[drip-twice]")
+    ep = endpoint(server, timeout_s=2.0, max_retries=2)
+    t0 = time.monotonic()
+    coro = run_chat(ep, rs, cache_path=None, journal_path=None, label="unit", progress=False)
+    (r,), _ = asyncio.run(asyncio.wait_for(coro, 60.0))
+    took = time.monotonic() - t0
+    log = log_for(server, rs)
+    assert [x["fault"] for x in log] == ["drip", "drip", None], log
+    assert r.status == "ok" and r.requests == 3 and r.retries == 2
+    print(f"two dripping attempts given up at timeout_s 2, the third served: {took:.1f} s")
 
 
 def test_malformed_json_is_retried(server: TestServer, tmp_path: Path) -> None:
