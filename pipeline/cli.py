@@ -20,7 +20,8 @@
 
 Every error about bad input is printed as one line naming the file, item and field, and the
 command exits with status 2; a stage whose items partly failed exits with status 3 (so does
-`lfbench score` when a line could not be scored, its output written). Output files
+`lfbench score` when a line could not be scored, its output written); a stage stopped by Ctrl-C
+exits with status 130 once the requests in flight are in its journal. Output files
 are checked as the command line is read, before any work. `lfbench <command> --help` works for
 every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
@@ -39,7 +40,7 @@ import click
 
 from pipeline import __version__
 from pipeline.core.config import load_params, load_yaml
-from pipeline.core.errors import LfbenchError, StageFailed
+from pipeline.core.errors import Interrupted, LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -177,8 +178,11 @@ def stage(ctx: click.Context) -> None:
     """Run one pipeline stage in this process (normally called through `lfbench run`)."""
     argv = ctx.meta.get("lfbench.stage_argv") or []
     if ctx.invoked_subcommand and "--help" not in argv:
+        from pipeline.data.verify import data_paths, verify_data
         from pipeline.tools.containers import write_stage_record
 
+        # before anything is written: the raw data it reads must be the pinned bytes
+        verify_data(Path.cwd(), data_paths(Path.cwd(), argv[1:]))
         write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
 
@@ -413,6 +417,9 @@ def agreement_command(**kwargs: Any) -> None:
     Writes {"rows": [...]}, one row per judge (and per pair of judges with --judgements).
     Runs in this process; `lfbench run agreement` (the DVC stage) picks the runtime.
     """
+    from pipeline.data.verify import data_paths, verify_data
+
+    verify_data(Path.cwd(), data_paths(Path.cwd(), [str(kwargs["labels"])]))
     _run_agreement(**kwargs)
 
 
@@ -1068,6 +1075,9 @@ def main() -> None:
     except StageFailed as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(3)
+    except Interrupted as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(130)
     except LfbenchError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
