@@ -451,6 +451,8 @@ class Server:
                 }
             )
             record["served"] = True
+            if fault == "drip":
+                return await self._drip(request, record, resp)
         return await self._answer(request, record, resp)
 
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
