@@ -845,13 +845,18 @@ class Benchmark(ABC, Generic[P, D, I]):
             for k, v in row.extra.items()
             if k.startswith("n_") and isinstance(v, int | float) and not isinstance(v, bool)
         }
+        if row.copy_rate is not None:
+            numbers["copy_rate"] = row.copy_rate
         ident = {"system": row.system, "setting": row.setting, "judge": row.judge, **row.keys}
+        # why the row's numbers should not be read as they stand (copied, over the context
+        # window, cut): a tag the runs table can show and filter on
+        flagged = {"lfbench.flags": "; ".join(row.flags)} if row.flags else {}
         return RunRow(
             key="|".join(row.key),
             name=" / ".join(ident.values()),
             metrics=numbers,
             params={**ident, "model": row.model},
-            tags={"setting": row.setting, "model.name": row.system, **row.keys},
+            tags={"setting": row.setting, "model.name": row.system, **row.keys, **flagged},
             artifacts={"items.jsonl": [item_record(s) for s in scores], "row.json": row.flat()},
             model=row.model,
             judge=row.judge,

@@ -177,8 +177,12 @@ def aggregate(
     written = {**result.metrics, "not_judged": skipped} if skipped else result.metrics
     write_json(metrics_path, written)
     write_json(summary_path, result.summary)
+    from pipeline.core.markdown import flagged_rows
+
+    flagged = flagged_rows(result.metrics.get("rows", []), FLAG_KEYS)
     atomic_write_text(
-        report_path, result.report + "".join(f"\n{s}" for s in not_judged_lines(skipped))
+        report_path,
+        result.report + "".join(f"\n{s}" for s in (*flagged, *not_judged_lines(skipped))),
     )
     if skipped:
         log.info(
@@ -246,6 +250,10 @@ def aggregate(
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
+
+
+# The row keys that name a flagged row in a report, beside system / setting / judge.
+FLAG_KEYS = ("task", "domain", "collection", "mode", "cutoff")
 
 
 def unjudged_pairs(

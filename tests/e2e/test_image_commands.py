@@ -39,7 +39,10 @@ def _workspace(dest: Path) -> Path:
     return dest
 
 
-def test_image_pull_in_a_fresh_clone(image: dict[str, Any], tmp_path: Path) -> None:
+def test_image_pull_in_a_fresh_clone(
+    image: dict[str, Any],  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
     ws = _workspace(tmp_path / "clone")
     assert not (ws / containers.IMAGE_JSON).exists()  # a clone: `dvc repro image` not run
     done = run(["lfbench", "image", "pull"], ws)
@@ -50,9 +53,8 @@ def test_image_pull_in_a_fresh_clone(image: dict[str, Any], tmp_path: Path) -> N
     (ws / containers.IMAGE_JSON).write_text(json.dumps(stale), encoding="utf-8")
     done = run(["lfbench", "image", "pull"], ws)
     assert f"{image['tag']} {image['image_id']} (present)" in done.stdout
-    assert "build/image.json names recipe lfbench:0123456789ab, but this workspace's files make" in (
-        done.stderr
-    )
+    said = "build/image.json names recipe lfbench:0123456789ab, but this workspace's files make"
+    assert said in done.stderr
 
 
 def _buildah_ids() -> set[str]:
