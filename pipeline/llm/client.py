@@ -510,12 +510,49 @@ def _short(text: str, n: int = 300) -> str:
 # ---------------------------------------------------------------- progress
 
 
+class _ProgressFile:
+    """The stage's requests done / total so far, for `lfbench repro`'s live view: written (at
+    most twice a second, atomically) to the file `$LFBENCH_PROGRESS_FILE` names, summed over
+    every batch the stage sends."""
+
+    def __init__(self) -> None:
+        self.done = self.total = self.errors = 0
+        self.written = 0.0
+
+    def add(self, total: int) -> None:
+        self.total += total
+        self.write(force=True)
+
+    def advance(self, ok: bool) -> None:
+        self.done += 1
+        self.errors += 0 if ok else 1
+        self.write(force=self.done == self.total)
+
+    def write(self, force: bool = False) -> None:
+        path = os.environ.get("LFBENCH_PROGRESS_FILE")
+        now = time.monotonic()
+        if not path or (not force and now - self.written < 0.5):
+            return
+        self.written = now
+        body = {"done": self.done, "total": self.total, "errors": self.errors}
+        tmp = Path(f"{path}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(body), encoding="utf-8")
+            tmp.replace(path)
+        except OSError:  # a view's nicety: never a stage's failure
+            pass
+
+
+_PROGRESS_FILE = _ProgressFile()
+
+
 class _Progress:
     def __init__(self, label: str, total: int, enabled: bool) -> None:
         self.label = label
         self.total = total
         self.done = 0
         self.errors = 0
+        _PROGRESS_FILE.add(total)
         self.t0 = time.monotonic()
         self.last_log = self.t0
         self._bar: Any = None
@@ -551,6 +588,7 @@ class _Progress:
         self.done += 1
         if not ok:
             self.errors += 1
+        _PROGRESS_FILE.advance(ok)
         now = time.monotonic()
         rate = self.done / max(now - self.t0, 1e-9)
         if self._bar is not None:

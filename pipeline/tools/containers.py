@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -201,7 +202,11 @@ def _parent(pid: int) -> int | None:
 
 def repro_key() -> str:
     """The `dvc` process this stage runs under (pid and start time), or this process if none:
-    one runtime decision, and one warning, per `dvc repro` (or `dvc exp run`)."""
+    one runtime decision, and one warning, per `dvc repro` (or `dvc exp run`). `lfbench repro`
+    names its run in `$LFBENCH_REPRO_KEY` (its stages are not children of a `dvc` process)."""
+    named = os.environ.get("LFBENCH_REPRO_KEY", "").strip()
+    if named and named.replace("-", "").isalnum():
+        return named
     pid: int | None = os.getppid()
     while pid is not None:
         try:
@@ -225,6 +230,26 @@ def remembered(root: Path, recipe: Mapping[str, Any], requested: str) -> Decisio
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def deciding(root: Path) -> Iterator[None]:
+    """An exclusive lock while a stage decides where this run's stages go (and may build the
+    image): the stages of one `lfbench repro --jobs` start at once."""
+    folder = root / ".lfbench" / "runtime"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def forget(root: Path, key: str) -> None:
+    """Drop a finished `lfbench repro`'s decisions."""
+    for old in (root / ".lfbench" / "runtime").glob(f"{key}-*.json"):
+        old.unlink(missing_ok=True)
 
 
 def remember(root: Path, recipe: Mapping[str, Any], requested: str, decision: Decision) -> None:
