@@ -139,7 +139,12 @@ def measure(engine: str, repeats: int) -> dict[str, object]:
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     keys = runs[0].keys()
     median = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in keys}
-    return {"engine": engine, "repeats": repeats, **median, "installed_mb": installed_mb(PACKAGES[engine])}
+    return {
+        "engine": engine,
+        "repeats": repeats,
+        **median,
+        "installed_mb": installed_mb(PACKAGES[engine]),
+    }
 
 
 def main() -> None:

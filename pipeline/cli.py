@@ -306,6 +306,14 @@ def stage_train_local_judge(
     default=None,
     help="The agreement stage's metrics: adds judge.kappa_vs_human to each run.",
 )
+@click.option(
+    "--released",
+    "released_path",
+    type=OutputFile(),
+    default=None,
+    help="Also write the rows of the released systems (models with provider `published`)"
+    " here: what another benchmark compares with (CRUX), apart from your models' rows.",
+)
 def stage_aggregate(
     benchmark: str,
     dataset: Path,
@@ -317,6 +325,7 @@ def stage_aggregate(
     params_path: Path,
     track: bool,
     agreement_path: Path | None,
+    released_path: Path | None,
 ) -> None:
     """Judgements -> metrics, report and MLflow runs."""
     from pipeline.stages.aggregate import aggregate
@@ -332,6 +341,7 @@ def stage_aggregate(
         root=Path.cwd(),
         track=track,
         agreement_path=agreement_path,
+        released_path=released_path,
     )
 
 

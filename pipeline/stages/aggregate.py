@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipeline.core.benchmark import AnyBenchmark, RunRow
-from pipeline.core.config import Params
+from pipeline.core.config import Params, PublishedModel
 from pipeline.core.io import (
     atomic_write_bytes,
     atomic_write_text,
@@ -162,6 +162,7 @@ def aggregate(
     root: Path,
     track: bool = True,
     agreement_path: Path | None = None,
+    released_path: Path | None = None,
 ) -> list[RunRow]:
     ctx = context(bench, params, root)
     section = ctx.section
@@ -169,6 +170,12 @@ def aggregate(
     runs = read_runs(params, section.models, section.judges, generations_dir, judgements_dir)
     result = bench.aggregate(ctx, dataset, runs)
     write_json(metrics_path, result.metrics)
+    if released_path is not None:
+        # the released systems' rows alone: a stage that compares with them depends on this
+        # file, so adding or changing your own model does not re-run it
+        released = {m for m in section.models if isinstance(params.models[m], PublishedModel)}
+        rows = [r for r in result.metrics.get("rows", []) if r.get("model") in released]
+        write_json(released_path, {"rows": rows})
     write_json(summary_path, result.summary)
     atomic_write_text(report_path, result.report)
     for name, data in result.figures.items():
