@@ -29,7 +29,8 @@ STEP = textwrap.dedent(
     t0 = time.time()
     for i in ins:
         pathlib.Path(i).read_text()
-    cfg = json.loads(pathlib.Path("cfg.json").read_text()) if pathlib.Path("cfg.json").exists() else {}
+    c = pathlib.Path("cfg.json")
+    cfg = json.loads(c.read_text()) if c.exists() else {}
     end = t0 + cfg.get("sleep", {}).get(name, 1.5)
     while time.time() < end and not got:
         time.sleep(0.05)
