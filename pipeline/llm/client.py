@@ -18,6 +18,7 @@ connection pool (see :class:`_Sender` for why not the OpenAI SDK's request path)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -118,8 +119,32 @@ def cache_key(endpoint: EndpointConfig, request: ChatRequest) -> str:
 
 
 def write_usage(path: Path, report: UsageReport) -> None:
-    """Write a usage report as JSON, atomically."""
-    write_json(path, report.model_dump(mode="json"))
+    """Write a usage report as JSON, atomically: what was sent, from where it was answered,
+    tokens and dollars (a DVC output: the same bytes whenever the same requests meet the same
+    cache, so a run side by side writes what a serial one does), and its wall time apart, as run
+    state (`wall_path`)."""
+    data = report.model_dump(mode="json")
+    wall = data.pop("wall_s")
+    write_json(path, data)
+    write_json(wall_path(path), {"wall_s": wall})
+
+
+def wall_path(usage: Path) -> Path:
+    """Where a stage's wall time is kept: run state under `.lfbench/timing/usage/` of the
+    workspace the stage runs in (stages run from the project's root), never in a DVC output."""
+    rel = usage if not usage.is_absolute() else Path(usage.name)
+    with contextlib.suppress(ValueError):
+        rel = usage.resolve().relative_to(Path.cwd().resolve())
+    return Path(".lfbench") / "timing" / "usage" / rel.as_posix().replace("/", "__")
+
+
+def read_wall(usage: Path) -> float | None:
+    """The wall time a stage recorded with its usage file here (None: not run here)."""
+    try:
+        value = json.loads(wall_path(usage).read_text(encoding="utf-8")).get("wall_s")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def cost_usd(endpoint: EndpointConfig, input_tokens: int, output_tokens: int) -> float:

@@ -12,10 +12,12 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
   a stage changed once its upstream stages are done, the run-cache restore, removing its
   outputs, saving and committing them, its dvc.lock entry. Only the stage's command runs
   elsewhere (pipeline/tools/stage_task.py).
-- **Byte for byte.** A stage's dvc.lock entry is written as soon as it is done (an aggregate
-  reads its upstream stages' entries for its MLflow lineage, as under `dvc repro`); at the end,
-  the entries of stages new to dvc.lock are put in the order a serial run appends them. New
-  outputs' .gitignore lines are written in that order before anything runs.
+- **Byte for byte.** Every output and every dvc.lock entry is what `dvc repro` writes. A
+  stage's entry is written as soon as it is done (an aggregate reads its upstream stages'
+  entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place.
+  Entries new to dvc.lock (a model added) and their outputs' .gitignore lines go in dvc.yaml's
+  order (`declared`): a serial `dvc repro` appends them in an order that changes from one run
+  to the next (its plan follows Python's string hashing), this one in the same order each time.
 - **Cores.** A stage whose model or judge is an endpoint (provider `openai`) waits on it and
   takes no core; any other stage takes the cores its dvc.yaml `meta: {lfbench: {cores: N|all}}`
   asks (default 1) and is told so (`LFBENCH_WORKERS`, `LFBENCH_EMBED_WORKERS`): N jobs never
@@ -198,9 +200,9 @@ class DvcSide:
         stage.dump(update_pipeline=False)
 
     def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
-        """Write the .gitignore lines of new stages' outputs in plan order (a serial run writes
-        them as each stage saves its outputs: the same lines in the same order)."""
-        for stage in stages:
+        """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
+        writes them as each stage saves its outputs, in its plan's order)."""
+        for stage in declared(self.repo, stages):
             if stage.addressing in locked:
                 continue
             for out in stage.outs:
@@ -210,24 +212,36 @@ class DvcSide:
         # scmrepo caches git's ignore rules (dulwich's IgnoreFilterManager): without a reset,
         # the stage's own save would not see these lines and append them again
         for backend in self.repo.scm.backends.values():
-            backend.__dict__.pop("ignore_manager", None)
+            if not isinstance(backend, type):
+                backend.__dict__.pop("ignore_manager", None)
 
-    def order_lock(self, before: Sequence[str], plan: Sequence[str]) -> None:
-        """Entries new to dvc.lock in the order a serial `dvc repro` appends them (plan order);
-        entries that were there keep their places."""
+    def order_lock(self, before: Sequence[str], stages: Sequence[Any]) -> None:
+        """Entries new to dvc.lock in `declared` order; entries that were there keep their
+        places (as under `dvc repro`, which updates them in place)."""
         from dvc.utils.serialize import modify_yaml
 
         path = Path(self.repo.root_dir) / "dvc.lock"
         if not path.exists():
             return
-        rank = {name: i for i, name in enumerate(plan)}
+        rank = {s.addressing: i for i, s in enumerate(declared(self.repo, stages))}
         with modify_yaml(str(path), fs=self.repo.fs) as data:
-            stages = data.get("stages") or {}
-            new = [k for k in stages if k not in set(before)]
+            entries = data.get("stages") or {}
+            new = [k for k in entries if k not in set(before)]
             want = sorted(new, key=lambda k: rank.get(k, len(rank)))
             if new != want:
                 for k in want:
-                    stages[k] = stages.pop(k)
+                    entries[k] = entries.pop(k)
+
+
+def declared(repo: Any, stages: Sequence[Any]) -> list[Any]:
+    """`stages` in the order dvc.yaml declares them (matrix items in their params' order).
+
+    The order in which a serial `dvc repro` appends new stages to dvc.lock (and their outputs to
+    .gitignore files) is its plan's, a depth-first walk of a graph whose iteration order follows
+    Python's string hashing: two runs of the same `dvc repro` order new entries differently
+    (PYTHONHASHSEED). `lfbench repro` writes them in this order instead, the same every time."""
+    rank = {s.addressing: i for i, s in enumerate(repo.index.stages)}
+    return sorted(stages, key=lambda s: rank.get(s.addressing, len(rank)))
 
 
 def _is_tracked(out: Any) -> bool:
@@ -411,7 +425,7 @@ class Repro:
                 with contextlib.ExitStack() as stack, self._signals():
                     self._loop(stack, dvc, by_name)
             finally:
-                dvc.order_lock(locked_before, [s.addressing for s in steps])
+                dvc.order_lock(locked_before, steps)
                 forget(self.root, f"repro-{self.run_id}")
         return ReproResult(self.states, interrupted=self._stopping > 0)
 
