@@ -77,6 +77,15 @@ RUNNER_VARS = (
     "PYTHONPYCACHEPREFIX",
     "PYTHONDONTWRITEBYTECODE",
 )
+# What `lfbench repro --jobs` tells a stage (no secrets): where to write its progress, the cores
+# it may use, its run's key, and that the workspace's response cache has other users right now.
+REPRO_VARS = (
+    "LFBENCH_PROGRESS_FILE",
+    "LFBENCH_WORKERS",
+    "LFBENCH_EMBED_WORKERS",
+    "LFBENCH_REPRO_KEY",
+    "LFBENCH_CACHE_CLAIMS",
+)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECORD_VERSION = 2
 # Inputs of the recipe: what the image is made of (the wheelhouse follows from the locks).
@@ -300,11 +309,12 @@ def container_env(
     """The whole environment of a stage's container (on top of the image's own ENV).
 
     `runner_env` holds what the runner sets (git commit and dirtiness, runtime, image digest);
-    from the caller's `environ` only LFBENCH_DATA_MIRROR, the API-key variables params name and
-    `env_passthrough` are copied, when set. Nothing else crosses (no PATH, HOME, tokens...).
+    from the caller's `environ` only LFBENCH_DATA_MIRROR, what `lfbench repro` tells a stage
+    (`REPRO_VARS`), the API-key variables params name and `env_passthrough` are copied, when
+    set. Nothing else crosses (no PATH, HOME, tokens...).
     """
     env = {k: v for k, v in runner_env.items() if k in RUNNER_VARS}
-    for name in [ENV_DATA_MIRROR, *allowed_names(raw_params)]:
+    for name in [ENV_DATA_MIRROR, *REPRO_VARS, *allowed_names(raw_params)]:
         if name in environ and name not in env:
             env[name] = environ[name]
     env["HOME"] = "/tmp"

@@ -513,6 +513,9 @@ class Repro:
             **self.env,
             # one runtime decision (and one warning) for the whole run, as under one dvc repro
             "LFBENCH_REPRO_KEY": f"repro-{self.run_id}",
+            # stages share the workspace's response cache at once: a request two of them need
+            # is sent by one, the other waits for its answer (claims)
+            "LFBENCH_CACHE_CLAIMS": "1",
         }
         if not self.cluster:
             return TaskSpec(

@@ -34,7 +34,7 @@ from tests.conftest import BIN, ROOT, SUMMHAY_TARGETS, make_project, run, run_en
 
 pytestmark = pytest.mark.slow
 
-RESPONDER = "tests.e2e.summhay_responder:respond"
+RESPONDER = "tests.e2e.summhay_responder:by_model"
 
 
 def _configure(proj: Path, base_url: str) -> None:
