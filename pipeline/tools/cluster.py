@@ -204,6 +204,8 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             )
             stage.save(allow_missing=False, run_cache=not no_cache_outs)
             stage.commit(allow_missing=False)
+            stage.dump(update_pipeline=False)  # push reads the outputs' hashes from dvc.lock
+            repo._reset()
         repo.push(targets=[spec.stage])
         with contextlib.suppress(Exception):
             repo.stage_cache.push(None)
