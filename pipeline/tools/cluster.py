@@ -176,6 +176,10 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
         repo._reset()
         stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
         owners = _owners(repo, stage)
+        if (clone / "data.dvc").exists():
+            # stages read data/ but depend on data.sources.yaml (its pins, checked by the stage):
+            # the clone's data/ is the one data.dvc records, from the remote if it is not here
+            owners.append("data.dvc")
         if owners:
             repo.pull(targets=owners)
         with contextlib.suppress(Exception):  # the remote may hold no run cache yet
