@@ -140,7 +140,8 @@ def test_side_by_side_writes_what_serial_dvc_repro_writes(setup: dict[str, Any])
     assert "failed" not in proc.stderr
     assert _outputs(par) == _outputs(setup["serial"])
     assert _declared_order(par)
-    assert "Data and pipelines are up to date" in run(["dvc", "status", *SUMMHAY_TARGETS], par, env).stdout
+    status = run(["dvc", "status", *SUMMHAY_TARGETS], par, env).stdout
+    assert "Data and pipelines are up to date" in status
     served = _served(server, since)
     assert served and max(served.values()) == 1  # every body once
     runs = _current_runs(uri)
@@ -228,7 +229,8 @@ def test_a_cluster_of_two_workers_gives_the_same_bytes(setup: dict[str, Any]) ->
     assert "failed" not in proc.stderr, proc.stderr
     assert _outputs(driver) == _outputs(setup["serial"])
     assert _declared_order(driver)
-    assert "Data and pipelines are up to date" in run(["dvc", "status", *SUMMHAY_TARGETS], driver, env).stdout
+    status = run(["dvc", "status", *SUMMHAY_TARGETS], driver, env).stdout
+    assert "Data and pipelines are up to date" in status
     assert not _ran_in(driver)  # nothing ran in the driver's workspace
     assert _ran_in(w1) and _ran_in(w2)  # both workers did some
     served = _served(server, since)
