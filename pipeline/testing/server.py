@@ -718,4 +718,8 @@ class TestServer:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the importable module, not as __main__: a responder module that raises
+    # `pipeline.testing.server.ScriptedStatus` must raise the class this server catches.
+    from pipeline.testing.server import main as _main
+
+    _main()
