@@ -230,3 +230,27 @@ def test_an_unknown_target_is_one_line_not_a_traceback(tmp_path: Path, target: s
     proc = run(["lfbench", "repro", target], proj, check=False)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and target in proc.stderr
+
+
+def test_a_cluster_worker_pulls_every_output_its_stage_reads() -> None:
+    """A worker's clone gets a stage's inputs by pulling the stages that make them: a folder
+    dependency (an aggregate's generations/<benchmark>) is made by every stage writing in it
+    (the bug: only a stage whose output held the folder was pulled, so an aggregate on a worker
+    that had not run the judges found no judgements)."""
+    from dvc.repo import Repo
+
+    from pipeline.tools.cluster import _owners
+    from tests.conftest import ROOT
+
+    repo = Repo(str(ROOT))
+    stages = {s.addressing: s for s in repo.index.stages}
+    owners = set(_owners(repo, stages["summhay-aggregate"]))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())["summhay"]
+    judges = {f"summhay-judge@{m}-{j}" for m in params["models"] for j in params["judges"]}
+    assert judges | {"summhay-construct", "summhay-agreement"} <= owners
+    assert {s for s in owners if s.startswith("summhay-generate@")} == {
+        f"summhay-generate@{m}" for m in params["models"]
+    }
+    crux = set(_owners(repo, stages["crux-aggregate"]))
+    assert "summhay-aggregate" in crux  # metrics/summhay.released.json
+    assert not any(s.startswith("summhay-judge@lead") for s in crux)

@@ -136,7 +136,12 @@ def _owners(repo: Any, stage: Any) -> list[str]:
         for out in repo.index.outs:
             if out.stage is stage:
                 continue
-            if out.fs_path == dep.fs_path or out.fs.isin(dep.fs_path, out.fs_path):
+            # the dependency is that output, a folder holding it, or a file inside it
+            if (
+                out.fs_path == dep.fs_path
+                or out.fs.isin(out.fs_path, dep.fs_path)
+                or out.fs.isin(dep.fs_path, out.fs_path)
+            ):
                 target = out.stage.addressing
                 if target not in owners:
                     owners.append(target)
