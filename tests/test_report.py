@@ -274,7 +274,6 @@ def test_a_benchmark_without_a_main_metric_is_said_so(
     from pipeline.core import registry
     from pipeline.tools.report import build_markdown
 
-    monkeypatch.setattr(type(registry.get("long2rag")), "plotted", ())
     monkeypatch.setattr(type(registry.get("long2rag")), "metrics", ())
     _write(tmp_path, "long2rag.json", L2R)
     md, _ = build_markdown(tmp_path)

@@ -408,6 +408,10 @@ class BenchmarkParams(Strict):
         no_repeats(models=self.models, judges=self.judges)
         return self
 
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return None
+
 
 S = TypeVar("S", bound=BenchmarkParams)
 
@@ -544,6 +548,7 @@ def validate_params(
     model and judge entries of the providers that package defines, and the cross-references
     between the section and the entries."""
     from pipeline.core import registry
+    from pipeline.core.benchmark import own_specs
 
     try:
         params = Params.model_validate(raw)
@@ -563,8 +568,8 @@ def validate_params(
         except ValidationError as e:
             raise _invalid(path, e, (name,)) from e
         for kind, entries, owned in (
-            ("models", models, bench.model_specs),
-            ("judges", judges, bench.judge_specs),
+            ("models", models, own_specs(bench, OwnedModel)),
+            ("judges", judges, own_specs(bench, OwnedJudge)),
         ):
             by_provider = {_provider_of(cls): cls for cls in owned}
             for entry, spec in entries.items():
@@ -621,10 +626,12 @@ def _check_section(
     bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
 ) -> None:
     """The section's model and judge lists against the entries: defined, and runnable here."""
+    from pipeline.core.benchmark import judge_kind, judge_providers
+
     name = bench.name
     for kind, listed, entries, core in (
         ("models", section.models, params.models, bench.model_providers),
-        ("judges", section.judges, params.judges, bench.judge_providers),
+        ("judges", section.judges, params.judges, judge_providers(bench)),
     ):
         for entry in listed:
             if entry not in entries:
@@ -648,6 +655,11 @@ def _check_section(
                     f"{entry!r} has provider {provider}, which {name} cannot run"
                     f" (it runs: {', '.join(sorted(core))} and its own providers)",
                 )
+            if kind == "judges":  # a judge of its own providers the benchmark cannot run
+                try:
+                    judge_kind(bench, entry, params.judges[entry])
+                except ConfigError as e:
+                    raise _problem(path, f"{name}.{kind}", str(e)) from e
             replayed = getattr(spec, "benchmark", None)
             if provider == "published" and replayed not in (None, name):
                 raise _problem(

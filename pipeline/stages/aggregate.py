@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pipeline.core import aggregation
 from pipeline.core.benchmark import AnyBenchmark, RunRow
 from pipeline.core.config import Params
 from pipeline.core.io import (
@@ -167,14 +168,15 @@ def aggregate(
     section = ctx.section
     dataset = read_dataset(bench, dataset_path)
     runs = read_runs(params, section.models, section.judges, generations_dir, judgements_dir)
-    result = bench.aggregate(ctx, dataset, runs)
+    result = aggregation.aggregate(bench, ctx, dataset, runs)
     write_json(metrics_path, result.metrics)
     write_json(summary_path, result.summary)
     atomic_write_text(report_path, result.report)
     for name, data in result.figures.items():
         atomic_write_bytes(report_path.parent / name, data)
-    if bench.plotted:
-        write_json(points_path(report_path, bench.name), plot_points(bench.plotted, result.runs))
+    plotted = bench.results.plotted
+    if plotted:
+        write_json(points_path(report_path, bench.name), plot_points(plotted, result.runs))
     log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
     usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)
     per_model = model_summary(bench, result.metrics.get("rows", []), usage, section.judges)

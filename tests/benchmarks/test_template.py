@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from pipeline.benchmarks._template.benchmark import Template, answer_sentences, parse_verdict
 from pipeline.benchmarks._template.schema import examples, parse_items
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.parse import ParseError
@@ -80,7 +82,8 @@ def test_recall_by_hand() -> None:
     g1, g2, g3 = _gen("ex1"), _gen("ex2"), _gen("ex3", status="error")
     j1 = _judgement(g1, {"f1": "yes", "f2": "partial", "f3": "INVALID"})
     j2 = _judgement(g2, {}).model_copy(update={"status": "error", "error": "HTTP 500"})
-    out = BENCH.aggregate(None, examples(), [Run("m", "j", [g1, g2, g3], [j1, j2])])  # type: ignore[arg-type]
+    ctx: Any = SimpleNamespace(params=SimpleNamespace(seed=0, models={}))
+    out = aggregation.aggregate(BENCH, ctx, examples(), [Run("m", "j", [g1, g2, g3], [j1, j2])])
     (row,) = out.metrics["rows"]
     assert row["recall"] == 0.75 and row["n_scored"] == 1 and row["n_invalid_verdicts"] == 1
     assert row["n_failed_judgements"] == 1 and row["n_failed_generations"] == 1

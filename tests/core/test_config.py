@@ -246,7 +246,7 @@ def test_every_params_model_refuses_non_finite_floats() -> None:
     roots: list[type[BaseModel]] = [config.Params, *config.CORE_MODEL_PROVIDERS.values()]
     roots += config.CORE_JUDGE_PROVIDERS.values()
     for bench in registry.load_all():
-        roots += [bench.params_model, *bench.model_specs, *bench.judge_specs]
+        roots += [bench.params_model, *bench.providers]
     seen: set[type[BaseModel]] = set()
 
     def walk(tp: Any) -> None:

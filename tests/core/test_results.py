@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement, Usage
@@ -161,7 +162,7 @@ def test_a_metric_without_direction_and_a_main_metric_must_have_one() -> None:
         metrics = (length,)
 
     with pytest.raises(NotImplementedError, match="main metric must have a better direction"):
-        NoWay().score(SimpleNamespace(), [], [])
+        aggregation.score(NoWay(), SimpleNamespace(), [], [])  # type: ignore[arg-type]
 
 
 def test_combine_pools_over_all_items() -> None:
@@ -200,7 +201,8 @@ def test_summhay_join_errors_name_the_file_and_line(mirror: Path, fault: str) ->
     js = list(published.judgements("published-gpt-4o", files, data_dir, gens))
     run, where = faulty_run(fault, gens, js, "news1/nope")
     scoring = SimpleNamespace(modes=["paper"], partial_credit=50)
-    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring))
+    params = SimpleNamespace(seed=0, models={})
+    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring), params=params)
     with pytest.raises(DataError) as e:
-        SummHay().score(ctx, [hay], [run])
+        aggregation.score(SummHay(), ctx, [hay], [run])
     assert where in str(e.value)

@@ -33,6 +33,7 @@ from pipeline.core.benchmark import (
     CoverageVerdictLike,
     JudgePrompts,
     JudgeTask,
+    LLMJudge,
     Parser,
     Planned,
     judge_task,
@@ -115,11 +116,9 @@ class TemplateCoverage(Coverage[TemplateParams, Item]):
 
 class Template(Benchmark[TemplateParams, Item, Item]):
     name = "_template"
-    coverage = TemplateCoverage()
     version = "1"
     params_model = TemplateParams
     record = Item
-    judge_prompts = ("judge", None, "repair")  # one call per fact: no batched form
 
     # ---- construct
 
@@ -171,10 +170,10 @@ class Template(Benchmark[TemplateParams, Item, Item]):
             )
         return out
 
-    # ---- judge
+    # ---- judge: an LLM (one call per fact, prompts `judge` and `repair`) or the local judge
 
-    def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
-        return fact_task(generation, item, prompts)
+    llm_judge = LLMJudge(task=lambda g, item, prompts: fact_task(g, item, prompts))
+    coverage = TemplateCoverage()
 
     # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
 

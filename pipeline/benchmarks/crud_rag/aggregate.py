@@ -8,7 +8,7 @@ failed generations and judgements by the stage layer's counters."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pipeline.benchmarks.crud_rag import metrics as M
@@ -99,18 +99,3 @@ def ordered(section: CrudParams, rows: Sequence[ResultRow]) -> list[ResultRow]:
         return (r.keys["task"], r.model, r.system, r.judge, at)
 
     return sorted(rows, key=key)
-
-
-def summary(rows: Sequence[ResultRow]) -> dict[str, Any]:
-    """{task/system/judge: {setting: {bleu, bleu_bp, rouge_l, precision, recall}}} for `dvc
-    metrics` (x100, 2 decimals)."""
-    out: dict[str, Any] = {}
-    for r in rows:
-        cell = {k: round(v, 2) for k in SUMMARY if (v := r.metrics.get(k)) is not None}
-        out.setdefault(f"{r.keys['task']}/{r.system}/{r.judge}", {})[r.setting] = cell
-    return out
-
-
-def knob_params(row: Mapping[str, Any]) -> dict[str, str]:
-    """The knob columns of a row, as MLflow params."""
-    return {k: str(row[k]) for k in ("knob", *KNOBS)}
