@@ -432,6 +432,39 @@ def _unscorable(g: Generation, j: Judgement) -> bool:
     return g.status != "ok" or j.status == "error"
 
 
+def check_declared(benchmark: str, metrics: Sequence[Metric], score: ItemScore, where: str) -> None:
+    """An item score gives every declared metric and no other: a `mean` metric its value in
+    `values` (None: undefined for this item), a `ratio` metric its (numerator, denominator) in
+    `parts` (or None in `values`: undefined). Else a DataError naming the benchmark, the
+    generation's file and line, the item and the key."""
+    declared = {m.name: m for m in metrics}
+
+    def fail(key: str, problem: str) -> DataError:
+        return DataError(
+            f"{benchmark}: the item score {problem}", file=where, item=score.item_id, field=key
+        )
+
+    names = ", ".join(declared)
+    for key in (*score.values, *score.parts):
+        if key not in declared:
+            raise fail(key, f"names the metric {key!r}, which {benchmark} does not declare"
+                            f" (it declares: {names})")  # fmt: skip
+    for m in metrics:
+        if m.pool == "mean":
+            if m.name in score.parts:
+                raise fail(m.name, f"gives parts of {m.name!r}, a mean metric (give its value)")
+            if m.name not in score.values:
+                raise fail(m.name, f"has no value of {m.name!r} (None says it is undefined)")
+        else:
+            if score.values.get(m.name) is not None:
+                raise fail(m.name, f"gives a value of {m.name!r}, a ratio metric (give parts)")
+            if m.name not in score.parts and m.name not in score.values:
+                raise fail(
+                    m.name,
+                    f"has no parts of {m.name!r} (a None value says it is undefined)",
+                )
+
+
 def score_rows(
     benchmark: str,
     metrics: Sequence[Metric],
@@ -504,6 +537,9 @@ def score_rows(
                             c.n_failed_judgements += 1
                     continue
                 outcome = next(scored)
+                if isinstance(outcome, Scored):
+                    for s in outcome.scores:
+                        check_declared(benchmark, metrics, s, jn.where)
             truncated = bool(g.meta.get("truncated"))
             usage = [g.usage, *([j.usage] if j is not None else [])]
             if isinstance(outcome, Scored):

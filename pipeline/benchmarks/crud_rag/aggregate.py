@@ -36,6 +36,9 @@ METRICS = (
     _pct("precision", "RAGQuestEval precision"),
     _pct("recall", "RAGQuestEval recall"),
 )
+# A judge gives some of the metrics (the text metrics, or RAGQuestEval's): the others are
+# undefined for its items.
+UNDEFINED: dict[str, float | None] = {m.name: None for m in METRICS}
 KNOBS = ("chunk_size", "chunk_overlap", "retriever", "top_k")
 EMPTY_OUTPUT = "empty output"
 NO_QUESTIONS = "no questions"
@@ -57,7 +60,7 @@ def item_score(item: Item, j: Judgement) -> Outcome:
     if j.judge_prompt_sha == M.SHA:
         if bad:
             return Invalid(bad[0].raw or "invalid", len(bad), keys)
-        values = {v.target_id: float(v.label) for v in j.verdicts}
+        values = UNDEFINED | {v.target_id: float(v.label) for v in j.verdicts}
         embedder = next((v.raw for v in j.verdicts if v.target_id == M.EMBEDDING), None)
         made = {"embedding_model": embedder} if embedder else {}
         return Scored([ItemScore(item.item_id, values, keys=keys, detail=made)])
@@ -68,7 +71,7 @@ def item_score(item: Item, j: Judgement) -> Outcome:
         return Invalid((bad[0].raw or "invalid")[:120] if bad else "no verdict", len(bad), keys)
     s = questeval.score(qset, {v.target_id: v.label for v in j.verdicts})
     detail = {"n_questions": s.n_questions, "n_answered": s.n_answered}
-    values = {"precision": s.precision, "recall": s.recall}
+    values = UNDEFINED | {"precision": s.precision, "recall": s.recall}
     return Scored([ItemScore(item.item_id, values, keys=keys, detail=detail)])
 
 
