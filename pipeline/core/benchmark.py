@@ -194,8 +194,8 @@ class Constructed(Generic[D]):
     records: list[D]
     failures: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""
-    # side files (name -> JSON content) written to datasets/<name>/ when the benchmark declares
-    # `construct_files` (the folder is then a stage output)
+    # side files (name -> JSON content), written to datasets/<name>/ when there are any (the
+    # folder is then a stage output of the benchmark's construct stage)
     files: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -411,13 +411,18 @@ class LLMJudge(Generic[I]):
         ]
 
 
-class NoModelJudge(ABC, Generic[P, D]):
+class NoModelJudge(ABC, Generic[P, I]):
     """A judge of the benchmark's own providers (`providers`) that needs no model and is not
     a coverage judge (e.g. CRUX's labels, CRUD-RAG's text metrics), an optional capability."""
 
     @abstractmethod
     def judgements(
-        self, ctx: Context[P], judge: str, spec: JudgeSpec, dataset: Sequence[D], gens: Gens
+        self,
+        ctx: Context[P],
+        judge: str,
+        spec: JudgeSpec,
+        items: Mapping[str, I],
+        gens: Sequence[Generation],
     ) -> list[Judgement]:
         """The judgements of `gens` (ok generations of known items)."""
 

@@ -95,6 +95,27 @@ def entry_sha(entry: BaseModel, benchmark: str) -> str:
     return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
 
+SAMPLING = ("model", "temperature", "top_p", "max_tokens", "seed")
+
+
+def sampling(params: Params, model: str | None, judge: str | None) -> dict[str, str]:
+    """The sampling settings of the row's model and judge entries (those behind an endpoint),
+    as MLflow params a user can filter and compare on (`model.temperature`, `judge.seed`, ...;
+    `none` for a setting left to the server): what `model.entry_sha` digests, readable."""
+    out = {}
+    for role, entry in (
+        ("model", params.models.get(model or "")),
+        ("judge", params.judges.get(judge or "")),
+    ):
+        for field in SAMPLING:
+            if entry is not None and field in type(entry).model_fields:
+                value = getattr(entry, field)
+                out[f"{role}.{'served' if field == 'model' else field}"] = (
+                    "none" if value is None else str(value)
+                )
+    return out
+
+
 def plots_sha(plots: Mapping[str, bytes]) -> str:
     h = hashlib.sha256()
     for name in sorted(plots):
@@ -143,7 +164,7 @@ def run_spec(
         row_key=row.key,
         name=row.name,
         metrics={**row.metrics, **(metrics or {})},
-        params=row.params,
+        params={**row.params, **sampling(params, row.model, row.judge)},
         tags=tags,
         artifacts={**row.artifacts, **row.plots},
         dataset=dataset,

@@ -275,7 +275,7 @@ def judge(
             embedder = Embedder(own.embedding(spec), stage, root)
             if embedder.wanted:
                 ctx = replace(ctx, embed=embedder)
-            js = own.judgements(ctx, judge_name, spec, dataset, todo)
+            js = own.judgements(ctx, judge_name, spec, items, todo)
             report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})
             if embedder.report is not None:
                 report = embedder.report.model_copy(update={"items": len(js), "ok": len(js)})

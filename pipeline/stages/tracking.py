@@ -368,6 +368,12 @@ def _sync(
                 client.log_batch(
                     old.info.run_id, tags=[RunTag(k, v) for k, v in sorted(updates.items())]
                 )
+            added = {k: v for k, v in spec.params.items() if k not in old.data.params}
+            if added:
+                # Same result, params a newer lfbench shows (e.g. the sampling settings)
+                client.log_batch(
+                    old.info.run_id, params=[Param(k, v) for k, v in sorted(added.items())]
+                )
             recount = {
                 k: float(v) for k, v in spec.counters.items() if old.data.metrics.get(k) != float(v)
             }

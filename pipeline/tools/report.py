@@ -380,7 +380,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
 def _models(root: Path, bench: Any, rows: list[dict[str, Any]]) -> list[str]:
     """The benchmark's per-model summary (best row with its interval, items, what its stages
     spent), when the stages' usage files are in the workspace."""
-    from pipeline.core.config import load_params
+    from pipeline.core.params import load_params
     from pipeline.stages.aggregate import model_summary, summary_lines
     from pipeline.stages.common import collect_usage
 

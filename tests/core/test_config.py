@@ -13,8 +13,9 @@ import yaml
 
 from pipeline.benchmarks.long2rag.params import Long2ragLeadModel, OverlapJudge
 from pipeline.benchmarks.summhay.params import SummhayParams
-from pipeline.core.config import OwnedJudge, load_params, validate_params
+from pipeline.core.config import OwnedJudge
 from pipeline.core.errors import ConfigError
+from pipeline.core.params import load_params, validate_params
 
 ROOT = Path(__file__).resolve().parents[2]
 

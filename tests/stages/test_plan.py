@@ -138,7 +138,7 @@ def test_the_agreement_stage_gives_an_llm_judge_its_capped_samples(
     cap: dict[str, object], expected: int
 ) -> None:
     from pipeline.core import registry
-    from pipeline.core.config import validate_params
+    from pipeline.core.params import validate_params
     from pipeline.core.records import Generation
     from pipeline.stages.agreement import llm_labelled
     from pipeline.stages.common import context

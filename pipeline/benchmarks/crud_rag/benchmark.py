@@ -93,11 +93,10 @@ class TextMetrics(NoModelJudge[CrudParams, Item]):
         ctx: Ctx,
         judge: str,
         spec: JudgeSpec,
-        dataset: Sequence[Item],
+        items: Mapping[str, Item],
         gens: Sequence[Generation],
     ) -> list[Judgement]:
         assert isinstance(spec, TextJudge)  # judge_kind: the one judge of its own
-        items = {i.item_id: i for i in dataset}
         sims: dict[str, float] = {}
         if ctx.embed is not None and spec.embedding is not None:
             sims = metrics.embedding_similarities(ctx.embed, gens, items)

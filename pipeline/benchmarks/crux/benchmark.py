@@ -66,7 +66,7 @@ def rated(ctx: Ctx, view: QueryView) -> bool:
     return n is None or view.position < n
 
 
-class CruxLabels(NoModelJudge[CruxParams, Collection]):
+class CruxLabels(NoModelJudge[CruxParams, QueryView]):
     """The sub-questions' ratings the data carries, as a judge (provider crux-labels)."""
 
     def judgements(
@@ -74,11 +74,10 @@ class CruxLabels(NoModelJudge[CruxParams, Collection]):
         ctx: Ctx,
         judge: str,
         spec: JudgeSpec,
-        dataset: Sequence[Collection],
+        items: Mapping[str, QueryView],
         gens: Sequence[Generation],
     ) -> list[Judgement]:
-        qviews = views(dataset)
-        return [judging.labels_judgement(g, qviews[g.item_id], judge) for g in gens]
+        return [judging.labels_judgement(g, items[g.item_id], judge) for g in gens]
 
 
 class CruxCoverage(Coverage[CruxParams, QueryView]):

@@ -23,7 +23,9 @@ def test_two_knob_settings_compared_item_by_item(mirror: Path) -> None:
             corpus="records", grid=grid)  # fmt: skip
     data = BENCH.construct(c, None).records
     gens = BENCH.offline_generations(c, "lead", c.params.models["lead"], data)
-    js = BENCH.no_model_judge.judgements(c, "text", c.params.judges["text"], data, gens)
+    js = BENCH.no_model_judge.judgements(
+        c, "text", c.params.judges["text"], BENCH.items(data), gens
+    )
     agg = aggregation.aggregate(BENCH, c, data, [Run("lead", "text", gens, js)])
     rows = {r["setting"]: r for r in agg.metrics["rows"]}
     items = {r.params["setting"]: r.artifacts["items.jsonl"] for r in agg.runs}

@@ -32,7 +32,9 @@ def _case() -> tuple[Context[CrudParams], list[Item], list[Generation], list[Jud
     c = ctx(tasks=["event_summary"], grid=GRID)
     data = BENCH.construct(c, None).records
     gens = BENCH.offline_generations(c, "lead", c.params.models["lead"], data)
-    js = BENCH.no_model_judge.judgements(c, "text", c.params.judges["text"], data, gens)
+    js = BENCH.no_model_judge.judgements(
+        c, "text", c.params.judges["text"], BENCH.items(data), gens
+    )
     assert len(gens) == len(js) >= 3 and all(g.status == "ok" for g in gens)
     return c, data, gens, js
 

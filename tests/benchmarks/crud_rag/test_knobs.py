@@ -122,7 +122,9 @@ def test_rows_by_hand_with_an_empty_output_invalid_and_counted() -> None:
         Generation.offline("crud_rag", data[1].item_id, "m", "m", "oracle", "", {}),
     ]
     assert gens[1].status == "error"
-    js = BENCH.no_model_judge.judgements(c, "text", c.params.judges["text"], data, gens[:1])
+    js = BENCH.no_model_judge.judgements(
+        c, "text", c.params.judges["text"], BENCH.items(data), gens[:1]
+    )
     agg = aggregation.aggregate(BENCH, c, data, [Run("m", "text", gens, js)])
     (row,) = [r for r in agg.metrics["rows"] if r["setting"] == "oracle"]
     expected = text_metrics("海滨市地铁开通。", data[0].reference)
@@ -155,7 +157,7 @@ def test_embedding_similarity_is_a_verdict_with_its_model_and_a_row_mean() -> No
         Generation.offline("crud_rag", data[0].item_id, "m", "m", "oracle", "海滨市地铁开通。", {}),
         Generation.offline("crud_rag", data[1].item_id, "m", "m", "oracle", data[1].reference, {}),
     ]
-    js = BENCH.no_model_judge.judgements(c, "text", spec, data, gens)
+    js = BENCH.no_model_judge.judgements(c, "text", spec, BENCH.items(data), gens)
     sims = []
     for g, j in zip(gens, js, strict=True):
         (v,) = [v for v in j.verdicts if v.target_id == "embedding_sim"]

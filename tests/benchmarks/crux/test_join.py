@@ -116,7 +116,9 @@ def test_compare_pairs_two_contexts_by_query() -> None:
     dataset = [Collection(collection_id="c", domain="synthetic", source="x", passages=passages,
                           queries=queries)]  # fmt: skip
     gens = BENCH.offline_generations(c, "ctx", c.params.models["ctx"], dataset)
-    js = BENCH.no_model_judge.judgements(c, "labels", c.params.judges["labels"], dataset, gens)
+    js = BENCH.no_model_judge.judgements(
+        c, "labels", c.params.judges["labels"], BENCH.items(dataset), gens
+    )
     out = aggregation.aggregate(BENCH, c, dataset, [_run(gens, js)])
     runs = {r.params["setting"]: r for r in out.runs}
     rows = {r["setting"]: r for r in out.metrics["rows"]}

@@ -16,8 +16,9 @@ from pipeline.benchmarks.crux.judging import target
 from pipeline.benchmarks.crux.params import CruxParams
 from pipeline.core import aggregation
 from pipeline.core.benchmark import Context, Run, llm_capability
-from pipeline.core.config import OpenAIJudge, validate_params
+from pipeline.core.config import OpenAIJudge
 from pipeline.core.errors import DataError
+from pipeline.core.params import validate_params
 from pipeline.core.prompts import load_prompt
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.stages.common import FileInputs
@@ -51,7 +52,9 @@ def ctx(**crux: Any) -> Context[CruxParams]:
 def built(c: Context[CruxParams]) -> tuple[list[Any], list[Generation], list[Judgement]]:
     dataset = BENCH.construct(c, None).records
     gens = BENCH.offline_generations(c, "ctx", c.params.models["ctx"], dataset)
-    js = BENCH.no_model_judge.judgements(c, "labels", c.params.judges["labels"], dataset, gens)
+    js = BENCH.no_model_judge.judgements(
+        c, "labels", c.params.judges["labels"], BENCH.items(dataset), gens
+    )
     return dataset, gens, js
 
 
