@@ -16,7 +16,8 @@
     lfbench report [--out DIR]             one HTML + markdown report of the current results
 
 Every error about bad input is printed as one line naming the file, item and field, and the
-command exits with status 2; a stage whose items partly failed exits with status 3. Output files
+command exits with status 2; a stage whose items partly failed exits with status 3 (so does
+`lfbench score` when a line could not be scored, its output written). Output files
 are checked as the command line is read, before any work. `lfbench <command> --help` works for
 every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
@@ -810,12 +811,22 @@ def team_down_command(folder: Path) -> None:
 @click.option("--port", default=5000, show_default=True, type=int)
 def ui(host: str, port: int) -> None:
     """Serve the MLflow UI on the project's store (mlruns/mlflow.db, or $MLFLOW_TRACKING_URI)."""
+    from pipeline.stages.mlflow_store import check_reachable, masked
     from pipeline.stages.tracking import tracking_uri
 
     uri = tracking_uri(Path.cwd())
-    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    if uri.startswith(("http://", "https://")):
+        raise LfbenchError(
+            f"MLFLOW_TRACKING_URI is a tracking server ({masked(uri)}): it serves its own UI;"
+            " open it in a browser (`lfbench ui` serves a database store)"
+        )
+    check_reachable(uri)
+    # The store URI (and any password in it) reaches mlflow by its environment, never its
+    # command line, which every user of the machine can read (`ps`).
+    os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
+    argv = [sys.executable, "-m", "mlflow", "ui"]
     argv += ["--host", host, "--port", str(port), "--workers", "1"]
-    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, uri)
+    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, masked(uri))
     # No usage reports leave the machine (MLflow's own switches).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
@@ -902,12 +913,18 @@ def report(out: Path, params_path: Path) -> None:
 def score(benchmark: str, src: Path, out: Path) -> None:
     """A benchmark's reference metrics on your own outputs, without the pipeline.
 
-    Each line comes back with "metrics" or, where it cannot be scored, "error"."""
+    Each line comes back with "metrics" or, where it cannot be scored, "error"; when any line
+    has an error the output is written and the command exits with status 3."""
     from pipeline.core import registry
     from pipeline.stages.score import score_file
 
-    scored, errors = score_file(registry.get(benchmark), src, out)
+    scored, errors, first = score_file(registry.get(benchmark), src, out)
     click.echo(f"wrote {out}: {scored} scored, {errors} with an error")
+    if errors:
+        raise StageFailed(
+            f"{errors} of {scored + errors} lines could not be scored (first: {first}); {out} is"
+            ' written, each of them with its "error"'
+        )
 
 
 @cli.group("bench")

@@ -187,13 +187,16 @@ class _Secret:
 
 
 class _Retry(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, sent: bool = True) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.sent = sent  # False: the attempt never reached a server (no connection was made)
 
 
 class _Fail(Exception):
-    pass
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @dataclass
@@ -309,28 +312,36 @@ def _make_transport_class() -> Any:
         is the SDK's own `aiohttp` option made leaner for hundreds of requests per second.
         """
 
-        def __init__(self, session: Any, proxy: str | None) -> None:
+        def __init__(self, session: Any, proxy: str | None, deadline: float) -> None:
             self.session = session
             self.proxy = proxy
+            self.deadline = deadline  # timeout_s: the whole attempt, from connecting to the body
 
         async def handle_async_request(self, request: Any) -> Any:
             import aiohttp
 
             timeout = request.extensions.get("timeout", {})
+            sending = True  # until the answer starts: a ValueError before is the client's own
             try:
-                async with self.session.request(
-                    request.method,
-                    str(request.url),
-                    headers=dict(request.headers),
-                    data=request.content or None,
-                    allow_redirects=False,
-                    proxy=self.proxy,
-                    timeout=aiohttp.ClientTimeout(
-                        total=None,
-                        sock_connect=timeout.get("connect"),
-                        sock_read=timeout.get("read"),
-                    ),
-                ) as resp:
+                # One deadline for the attempt: aiohttp's own timeouts time each read, so a
+                # server sending a byte at a time would hold the attempt for ever.
+                async with (
+                    asyncio.timeout(self.deadline),
+                    self.session.request(
+                        request.method,
+                        str(request.url),
+                        headers=dict(request.headers),
+                        data=request.content or None,
+                        allow_redirects=False,
+                        proxy=self.proxy,
+                        timeout=aiohttp.ClientTimeout(
+                            total=None,
+                            sock_connect=timeout.get("connect"),
+                            sock_read=timeout.get("read"),
+                        ),
+                    ) as resp,
+                ):
+                    sending = False
                     body = await resp.read()
                     return httpx2.Response(
                         status_code=resp.status,
@@ -339,9 +350,22 @@ def _make_transport_class() -> Any:
                         request=request,
                     )
             except (TimeoutError, aiohttp.ServerTimeoutError) as e:
-                raise httpx2.ReadTimeout(str(e) or "timed out", request=request) from e
-            except (aiohttp.ClientError, OSError) as e:
-                raise httpx2.ConnectError(f"{type(e).__name__}: {e}", request=request) from e
+                timeout_error = httpx2.ReadTimeout(str(e) or "timed out", request=request)
+                if isinstance(e, aiohttp.ConnectionTimeoutError):
+                    timeout_error.lfbench_unsent = "connect"  # type: ignore[attr-defined]
+                raise timeout_error from e
+            except (aiohttp.ClientError, OSError, ValueError) as e:
+                client_side = isinstance(e, ValueError) and sending
+                if isinstance(e, ValueError) and not (client_side or isinstance(e, OSError)):
+                    raise
+                error = httpx2.ConnectError(f"{type(e).__name__}: {e}", request=request)
+                if isinstance(e, aiohttp.ClientConnectorError):
+                    # no connection was made (refused, DNS, TLS handshake): nothing was sent
+                    error.lfbench_unsent = "connect"  # type: ignore[attr-defined]
+                elif client_side:
+                    # the client refused to build it (an invalid URL, credentials in the URL)
+                    error.lfbench_unsent = "invalid"  # type: ignore[attr-defined]
+                raise error from e
 
     class Client(httpx2.AsyncClient):
         """The SDK's HTTP client: sends straight to the transport (no cookies, auth flows,
@@ -362,7 +386,7 @@ def _http_client(session: Any, proxy: str | None, timeout: float) -> Any:
         _CLASSES = _make_transport_class()
         _NO_PLATFORM_HEADERS = _platform_headers_omitted()
     transport_cls, client_cls = _CLASSES
-    return client_cls(transport=transport_cls(session, proxy), timeout=timeout)
+    return client_cls(transport=transport_cls(session, proxy, timeout), timeout=timeout)
 
 
 _CLASSES: tuple[Any, Any] | None = None
@@ -444,13 +468,23 @@ class _Sender:
             raw = resp.content
             status = resp.status_code
             headers = resp.headers
-        except openai.APITimeoutError:
+        except openai.APITimeoutError as e:
+            if getattr(e.__cause__, "lfbench_unsent", None) == "connect":
+                raise _Retry(
+                    f"could not connect: no connection within {self.endpoint.timeout_s:g} s",
+                    sent=False,
+                ) from None
             raise _Retry(f"timed out after {self.endpoint.timeout_s:g} s") from None
         except openai.APIConnectionError as e:
             cause = e.__cause__ or e
-            raise _Retry(
-                f"connection error: {type(cause).__name__}: {_short(str(cause))}"
-            ) from None
+            unsent = getattr(cause, "lfbench_unsent", None)
+            detail = f"{type(cause).__name__}: {_short(str(cause))}"
+            if unsent == "invalid":
+                message = f"the client could not send the request: {detail}"
+                raise _Fail(message, sent=False) from None
+            if unsent == "connect":
+                raise _Retry(f"could not connect: {detail}", sent=False) from None
+            raise _Retry(f"connection error: {detail}") from None
         except openai.APIStatusError as e:
             raw = e.response.content
             status = e.response.status_code
@@ -462,12 +496,15 @@ class _Sender:
             raise _Fail(msg)
         return parse_completion(raw)
 
-    async def send(self, request: ChatRequest, key: str) -> tuple[_Answer | None, str | None, int]:
-        """(answer or None, error or None, attempts)."""
+    async def send(
+        self, request: ChatRequest, key: str
+    ) -> tuple[_Answer | None, str | None, int, int]:
+        """(answer or None, error or None, attempts, attempts sent: those that reached a
+        server; one the client could not connect for or refused to build never left it)."""
         max_tokens = effective_max_tokens(self.endpoint, request)
         body = json.dumps(self._kwargs(request, max_tokens), ensure_ascii=False).encode("utf-8")
         estimate = estimate_tokens(request, max_tokens)
-        attempts = 0
+        attempts = sent = 0
         last_error = "not sent"
         while True:
             if self.limiter is not None:
@@ -476,12 +513,14 @@ class _Sender:
             try:
                 answer = await self._attempt(body)
             except _Retry as e:
+                sent += e.sent
                 if self.limiter is not None:
                     self.limiter.reconcile(estimate, 0)
                 last_error = self.secret.scrub(str(e))
                 retry = attempts - 1
                 if retry >= self.endpoint.max_retries:
-                    return None, f"gave up after {attempts} attempt(s): {last_error}", attempts
+                    error = f"gave up after {attempts} attempt(s): {last_error}"
+                    return None, error, attempts, sent
                 delay = backoff_delay(retry, e.retry_after, self.rng)
                 log.debug(
                     "%s: attempt %d failed (%s); retrying in %.2f s",
@@ -493,13 +532,15 @@ class _Sender:
                 await asyncio.sleep(delay)
                 continue
             except _Fail as e:
-                return None, self.secret.scrub(str(e)), attempts
+                return None, self.secret.scrub(str(e)), attempts, sent + e.sent
             except Exception as e:  # noqa: BLE001 - one bad item never fails the run
+                # counted as sent: where it failed is not known, and a count of requests that
+                # may have cost money must not be low
                 msg = self.secret.scrub(f"{type(e).__name__}: {_short(str(e))}")
-                return None, f"unexpected error: {msg}", attempts
+                return None, f"unexpected error: {msg}", attempts, sent + 1
             if self.limiter is not None:
                 self.limiter.reconcile(estimate, answer.input_tokens + answer.output_tokens)
-            return answer, None, attempts
+            return answer, None, attempts, sent + 1
 
 
 def _short(text: str, n: int = 300) -> str:
@@ -847,7 +888,7 @@ async def _send_all(
                     from_cache(i, late)
                     counts["waited"] += 1
                     continue
-            answer, error, attempts = await sender.send(req, ck)
+            answer, error, attempts, sent = await sender.send(req, ck)
             if answer is None:
                 if cache is not None and cache.shared:
                     cache.release([ck])  # let another worker try it
@@ -856,7 +897,7 @@ async def _send_all(
                     cache_key=ck,
                     status="error",
                     error=error,
-                    requests=attempts,
+                    requests=sent,
                     retries=attempts - 1,
                     source="api",
                 )
@@ -892,7 +933,7 @@ async def _send_all(
                 answer.finish_reason,
                 answer.input_tokens,
                 answer.output_tokens,
-                requests=attempts,
+                requests=sent,
                 retries=attempts - 1,
                 source="api",
                 cost_usd=None

@@ -185,6 +185,10 @@ def aggregate(
     track: bool = True,
     agreement_path: Path | None = None,
 ) -> list[RunRow]:
+    if track:
+        from pipeline.stages.mlflow_store import preflight
+
+        preflight(root)  # an MLflow store that is not there fails the stage now, in one line
     ctx = context(bench, params, root)
     section = ctx.section
     dataset = read_dataset(bench, dataset_path)

@@ -17,8 +17,9 @@ cores. Built on aiohttp.
   `cl100k` (cl100k_base, as an OpenAI model counts the messages' contents).
 - Faults: with probability ``--fault-rate`` (decided by a seeded hash of the body and the number of
   times that body was seen, so it does not depend on arrival order) one of ``--faults``
-  (``429``, ``500``, ``hang``, ``malformed``, ``truncated``) is injected, at most
-  ``--max-faults-per-request`` times per distinct body.
+  (``429``, ``500``, ``hang``, ``malformed``, ``truncated``, ``drip``) is injected, at most
+  ``--max-faults-per-request`` times per distinct body. ``drip`` sends a valid answer one byte
+  every ``--drip-s`` seconds (default 1): a client that only times each read never gives up.
 - ``--log FILE``: one JSON line per request (flushed), written just before the answer is sent
   (for a hang: when the hang starts): ``time``
   (arrival), ``body_sha256``, ``prompt_head`` (first 200 chars of the last user message), ``model``,
@@ -50,7 +51,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-FAULTS = ("429", "500", "hang", "malformed", "truncated")
+FAULTS = ("429", "500", "hang", "malformed", "truncated", "drip")
 
 Responder = Callable[[dict[str, Any]], str]
 
@@ -217,7 +218,9 @@ class Server:
         log: IO[str] | None,
         rules: list[dict[str, Any]] | None = None,
         usage: bool = True,
+        drip_s: float = 1.0,
     ) -> None:
+        self.drip_s = drip_s
         self.responder = responder
         self.usage = usage
         self.rules = rules or []
@@ -316,6 +319,8 @@ class Server:
                     record["served"] = True
                     record["prompt_tokens"] = prompt_tokens(body)
                     record["completion_tokens"] = n_tokens(content)
+                    if fault == "drip":
+                        return await self._drip(request, record, resp)
         except asyncio.CancelledError:
             if fault != "hang":
                 record["status"] = 499
@@ -332,6 +337,23 @@ class Server:
         with contextlib.suppress(ConnectionError, RuntimeError, OSError):
             await _send(request, resp)
         return resp
+
+    async def _drip(
+        self, request: web.Request, record: dict[str, Any], resp: web.Response
+    ) -> web.StreamResponse:
+        """A valid answer sent one byte every `drip_s` seconds (logged when it starts)."""
+        data = resp.body if isinstance(resp.body, bytes) else b""
+        record["status"] = resp.status
+        self._log(record)
+        out = web.StreamResponse(status=resp.status, headers={"Content-Type": "application/json"})
+        out.content_length = len(data)
+        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+            await out.prepare(request)
+            for i in range(len(data)):
+                await out.write(data[i : i + 1])
+                await asyncio.sleep(self.drip_s)
+            await out.write_eof()
+        return out
 
     def _injected(self, fault: str | None) -> web.Response | None:
         """The error answer of an injected 429 or 500 (None for any other fault)."""
@@ -481,6 +503,7 @@ async def serve(args: argparse.Namespace) -> None:
         log=log,
         rules=rules,
         usage=not args.no_usage,
+        drip_s=args.drip_s,
     )
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", server.chat)
@@ -523,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--retry-after", type=float, default=1.0, help="Retry-After of a 429 (s)")
     p.add_argument("--hang-s", type=float, default=30.0)
+    p.add_argument("--drip-s", type=float, default=1.0, help="seconds between a drip's bytes")
     p.add_argument("--max-faults-per-request", type=int, default=2)
     p.add_argument("--log", help="append one JSON line per request to this file")
     p.add_argument("--no-usage", action="store_true", help="answers without a usage object")
@@ -563,6 +587,7 @@ class TestServer:
         startup_timeout_s: float = 30.0,
         usage: bool = True,
         tokenizer: str = "chars",
+        drip_s: float = 1.0,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="lfbench-testserver-")
         tmp = Path(self._tmp.name)
@@ -590,6 +615,8 @@ class TestServer:
             str(retry_after),
             "--hang-s",
             str(hang_s),
+            "--drip-s",
+            str(drip_s),
             "--max-faults-per-request",
             str(max_faults_per_request),
             "--log",
