@@ -669,6 +669,12 @@ def check(params_path: Path, dvc_file: Path) -> None:
         click.echo(f"  deps that cover its code: {', '.join(deps.suggest(root, c.files))}")
     if stale:
         raise LfbenchError(f"{len(stale)} stage(s) of {dvc_file} have stale code dependencies")
+    untrained = deps.missing_models(root, params, dvc_file)
+    if untrained:
+        raise LfbenchError(
+            f"{dvc_file}: a judge stage whose benchmark lists the local judge must depend on its"
+            f" model (add it to the stage's deps): {'; '.join(untrained)}"
+        )
     click.echo(f"{dvc_file}: every stage depends on the code it runs")
 
 

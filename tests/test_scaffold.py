@@ -140,3 +140,21 @@ BROKEN = [
     ("imports", "x = 1\nfrom pipeline.core.benchmark import Nothing\n", "ImportError"),
     ("raises", "x = 1\nraise RuntimeError('half written')\n", "RuntimeError: half written"),
 ]
+
+
+def test_check_refuses_a_local_judge_its_judge_stage_does_not_depend_on(tmp_path: Path) -> None:
+    """A benchmark scaffolded without --local-judge whose section later lists `local`: its judge
+    stage must then depend on the local judge's model (else DVC does not train it first)."""
+    from pipeline.core.params import load_params
+    from pipeline.tools.deps import missing_models
+
+    params = load_params(ROOT / "params.yaml")
+    assert missing_models(ROOT, params) == []
+    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    judge = doc["stages"]["summhay-judge"]
+    judge["deps"] = [d for d in judge["deps"] if d != "models/local-judge/model.json"]
+    dvc = tmp_path / "dvc.yaml"
+    dvc.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    assert missing_models(ROOT, params, dvc) == [
+        "summhay-judge: models/local-judge/model.json (judges.local)"
+    ]
