@@ -1,11 +1,14 @@
 """Every metrics file of the working tree against a commit's, value for value.
 
-    python scripts/same_metrics.py [--rev main] [FILE ...]   (default: metrics/*.json)
+    python scripts/same_metrics.py [--rev main | --tree DIR] [FILE ...]   (default: metrics/*.json)
 
 Each file is parsed on both sides and compared as JSON: every key, every value (floats exactly)
 and the order of every list (the rows' order is part of a metrics file). Prints one line per
 file (`same`, or the first differences with their JSON path) and exits 1 when any differs or is
 missing on one side. A refactor that must not change results runs `dvc repro`, then this.
+`--tree DIR` compares with another checkout's files instead (e.g. the code before the change,
+run on the same inputs: a stage whose output depends on the machine, such as the local judge's
+training, then differs from the committed files on both sides alike).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def differences(a: Any, b: Any, path: str = "$") -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default="main")
+    parser.add_argument("--tree", type=Path, default=None, help="another checkout's files")
     parser.add_argument("files", nargs="*")
     args = parser.parse_args()
     files = args.files or sorted(
@@ -54,15 +58,22 @@ def main() -> int:
     )
     bad = 0
     for rel in files:
-        old = subprocess.run(
-            ["git", "show", f"{args.rev}:{rel}"], cwd=ROOT, capture_output=True, text=True
-        )
         path = ROOT / rel
-        if old.returncode != 0 or not path.exists():
-            print(f"{rel}: missing {'in ' + args.rev if old.returncode else 'here'}")
+        if args.tree is not None:
+            theirs = args.tree / rel
+            text = theirs.read_text(encoding="utf-8") if theirs.exists() else None
+            where = str(args.tree)
+        else:
+            old = subprocess.run(
+                ["git", "show", f"{args.rev}:{rel}"], cwd=ROOT, capture_output=True, text=True
+            )
+            text = old.stdout if old.returncode == 0 else None
+            where = args.rev
+        if text is None or not path.exists():
+            print(f"{rel}: missing {'in ' + where if text is None else 'here'}")
             bad += 1
             continue
-        diff = differences(json.loads(old.stdout), json.loads(path.read_text(encoding="utf-8")))
+        diff = differences(json.loads(text), json.loads(path.read_text(encoding="utf-8")))
         print(f"{rel}: " + ("same" if not diff else f"{len(diff)} differences"))
         for line in diff[:20]:
             print(f"  {line}")
