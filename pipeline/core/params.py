@@ -71,6 +71,14 @@ def validate_params(
                 except ValidationError as e:
                     raise invalid(path, e, (kind, entry)) from e
     params = params.model_copy(update={"models": models, "judges": judges})
+    for entry, spec in judges.items():
+        for model in spec.models if isinstance(getattr(spec, "models", None), list) else ():
+            if model not in models:
+                raise problem(
+                    path,
+                    f"judges.{entry}.models",
+                    f"names {model!r}, which is not defined under models",
+                )
     for name, section in sections.items():
         _check_section(registry.get(name), section, params, path)
     if benchmarks is None:

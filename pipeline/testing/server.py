@@ -8,7 +8,8 @@ cores. Built on aiohttp.
   by default ``"echo: " + sha256(last user message)[:16]``; ``--script FILE`` (a JSON list of rules
   ``{"match": "<substring of the last user message>", "reply": "...", "status": 400,
   "faults": ["429", "hang"]}``, first match wins; ``status`` answers with that HTTP error,
-  ``faults`` injects those faults on the first attempts of a matching body) or
+  ``faults`` injects those faults on the first attempts of a matching body, ``finish_reason``
+  answers with that reason, e.g. ``content_filter``, and ``"reply": null`` with no content) or
   ``--responder module:function`` (a callable ``(body: dict) -> str``). Token counts are
   ``max(1, chars // 4)`` unless ``--tokenizer`` says otherwise.
 - ``GET /v1/models`` lists one model.
@@ -91,7 +92,7 @@ def script_responder(rules: list[dict[str, Any]]) -> Responder:
                 if rule.get("status"):
                     raise ScriptedStatus(int(rule["status"]), str(rule.get("reply", "")))
                 if "reply" in rule:
-                    return str(rule["reply"])
+                    return "" if rule["reply"] is None else str(rule["reply"])
                 break
         return default_responder(body)
 
@@ -231,6 +232,10 @@ class Server:
         self.log = log
         self.counter = 0
 
+    def _rule(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        text = last_user_message(body)
+        return next((r for r in self.rules if str(r["match"]) in text), None)
+
     def _scripted_faults(self, body: dict[str, Any]) -> list[str]:
         text = last_user_message(body)
         for rule in self.rules:
@@ -303,19 +308,23 @@ class Server:
             elif not isinstance(body.get("messages"), list) or not body.get("model"):
                 resp = _error(400, "'model' and 'messages' are required")
             else:
+                rule = self._rule(body) or {}
                 try:
                     content = self.responder(body)
                 except ScriptedStatus as e:
                     resp = _error(e.status, e.message)
                 else:
-                    finish = "stop"
+                    finish = str(rule.get("finish_reason", "stop"))
                     limit = body.get("max_tokens")
                     if isinstance(limit, int) and n_tokens(content) > limit:
                         # as a real server does: the answer ends at max_tokens
                         content, finish = cut_to(content, limit), "length"
                     if fault == "truncated":
                         content, finish = content[: len(content) // 2], "length"
-                    resp = web.json_response(self._completion(body, content, finish))
+                    answer = self._completion(body, content, finish)
+                    if "reply" in rule and rule["reply"] is None:  # a message without content
+                        answer["choices"][0]["message"]["content"] = None
+                    resp = web.json_response(answer)
                     record["served"] = True
                     record["prompt_tokens"] = prompt_tokens(body)
                     record["completion_tokens"] = n_tokens(content)
@@ -442,6 +451,8 @@ class Server:
                 }
             )
             record["served"] = True
+            if fault == "drip":
+                return await self._drip(request, record, resp)
         return await self._answer(request, record, resp)
 
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
@@ -707,4 +718,8 @@ class TestServer:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the importable module, not as __main__: a responder module that raises
+    # `pipeline.testing.server.ScriptedStatus` must raise the class this server catches.
+    from pipeline.testing.server import main as _main
+
+    _main()
