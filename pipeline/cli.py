@@ -86,6 +86,41 @@ class OutputFile(click.Path):
         return path
 
 
+class OutputDir(click.Path):
+    """A folder the command writes in (made if missing): checked like `OutputFile`."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline.core.errors import DataError
+        from pipeline.core.io import check_output_dir
+
+        path = super().convert(value, param, ctx)
+        try:
+            check_output_dir(Path(os.fsdecode(path)))
+        except DataError as e:
+            self.fail(f"{e.reason} ({os.fsdecode(path)})", param, ctx)
+        return path
+
+
+class Seconds(click.ParamType[float, Any]):
+    """A positive, finite number of seconds (not nan, inf or a negative time)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        try:
+            secs = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r}: not a number of seconds", param, ctx)
+        if not (math.isfinite(secs) and secs > 0):
+            self.fail(f"{value!r}: give a positive, finite number of seconds", param, ctx)
+        return secs
+
+
 OUTPUTS = ("--out", "--metrics", "--summary", "--report", "--plot")
 
 
@@ -676,7 +711,7 @@ def check(params_path: Path, dvc_file: Path) -> None:
 @params_option
 @click.option(
     "--seconds-per-request",
-    type=float,
+    type=Seconds(),
     default=None,
     help="Assumed time of one request, for the time of stages without a rate limit or a"
     " measured rate (requests run max_concurrency at a time).",
@@ -707,7 +742,7 @@ def plan(
         return
     result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
     else:
         click.echo(render(result), nl=False)
 
@@ -874,7 +909,7 @@ def compare(
 @cli.command()
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=OutputDir(),
     default=Path("reports"),
     show_default=True,
     help="Folder for report.html and report.md.",
