@@ -38,6 +38,8 @@ from pipeline import __version__
 from pipeline.core.config import load_params, load_yaml
 from pipeline.core.errors import LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
+from pipeline.tools.selectors import META as SELECTORS
+from pipeline.tools.selectors import SelectorCommand, per_side
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -856,19 +858,31 @@ def ui(host: str, port: int) -> None:
     os.execv(sys.executable, argv)
 
 
-@cli.command()
+@cli.command(cls=SelectorCommand)
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option(
     "--benchmark",
     default=None,
-    help="Name systems instead of run ids: A and B are model entries or systems of this"
-    " benchmark (their current MLflow runs).",
+    help="Name systems instead of run ids: A and B are model entries, systems or run names of"
+    " this benchmark (their current MLflow runs).",
 )
-@click.option("--setting", default=None, help="With --benchmark: the setting of both runs.")
-@click.option("--judge", "judge_name", default=None, help="With --benchmark: the judge.")
-@click.option("--resamples", default=10_000, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--setting",
+    multiple=True,
+    help="With --benchmark: the setting of both runs, or given twice, A's then B's.",
+)
+@click.option(
+    "--judge", "judge_name", multiple=True, help="With --benchmark: the judge (once or twice)."
+)
+@click.option(
+    "--resamples",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1000),
+    help="Bootstrap resamples (at least 1000: a p-value moves in steps of 2/resamples).",
+)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option(
     "--min-items",
     default=10,
@@ -877,28 +891,47 @@ def ui(host: str, port: int) -> None:
     help="Fewer shared items than this: no interval, nothing marked significant.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.pass_context
 def compare(
+    ctx: click.Context,
     run_a: str,
     run_b: str,
     benchmark: str | None,
-    setting: str | None,
-    judge_name: str | None,
+    setting: tuple[str, ...],
+    judge_name: tuple[str, ...],
     resamples: int,
     seed: int,
     min_items: int,
     as_json: bool,
 ) -> None:
-    """Compare two MLflow runs (ids, or systems by name with --benchmark): differing params and
-    lineage, and each metric's delta (B - A) with a 95% interval and p-value from a paired
-    bootstrap over the shared items (at least 10, or nothing is tested)."""
+    """Compare two MLflow runs of one benchmark (ids, or systems by name with --benchmark):
+    differing params and lineage, each metric of both systems on the items both scored with its
+    delta (B - A), a 95% interval and p-value from a paired bootstrap (at least 10 shared
+    items, or nothing is tested), and the whole runs' other metrics.
+
+    With --benchmark, the benchmark's group keys narrow the runs as options of their own (SummHay:
+    --domain, --collection, --mode; CRUX: --domain; CRUD-RAG: --task): like --setting and
+    --judge, once for both runs or twice, A's then B's."""
     import json as _json
 
     from pipeline.tools.compare import compare_runs, find_run, render_text
 
     root = Path.cwd()
-    if benchmark is not None:
-        run_a = find_run(root, benchmark, run_a, setting, judge_name)
-        run_b = find_run(root, benchmark, run_b, setting, judge_name)
+    chosen: dict[str, list[str]] = {}
+    for key, value in ctx.meta.get(SELECTORS, []):
+        chosen.setdefault(key, []).append(value)
+    if benchmark is None:
+        given = [f"--{k}" for k in chosen] + ["--setting"] * bool(setting)
+        given += ["--judge"] * bool(judge_name)
+        if given:
+            raise click.UsageError(f"{', '.join(given)} name runs with --benchmark only")
+    else:
+        sides = {k: per_side(f"--{k}", v) for k, v in chosen.items()}
+        sa, sb = per_side("--setting", setting)
+        ja, jb = per_side("--judge", judge_name)
+        keys = [{k: str(v[n]) for k, v in sides.items()} for n in (0, 1)]
+        run_a = find_run(root, benchmark, run_a, sa, ja, keys[0])
+        run_b = find_run(root, benchmark, run_b, sb, jb, keys[1])
     res = compare_runs(root, run_a, run_b, resamples=resamples, seed=seed, min_items=min_items)
     if as_json:
         click.echo(_json.dumps(res, indent=2, sort_keys=True))
