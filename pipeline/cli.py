@@ -14,10 +14,14 @@
     lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
     lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
     lfbench report [--out DIR]             one HTML + markdown report of the current results
+    lfbench audit sample|score             people audit a judge on a run's own outputs: a
+                                           sample of its verdicts to label (MLflow traces, CSV),
+                                           then kappa and a corrected score logged on the run
 
 Every error about bad input is printed as one line naming the file, item and field, and the
 command exits with status 2; a stage whose items partly failed exits with status 3 (so does
-`lfbench score` when a line could not be scored, its output written). Output files
+`lfbench score` when a line could not be scored, its output written); a stage stopped by Ctrl-C
+exits with status 130 once the requests in flight are in its journal. Output files
 are checked as the command line is read, before any work. `lfbench <command> --help` works for
 every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
@@ -36,7 +40,7 @@ import click
 
 from pipeline import __version__
 from pipeline.core.config import load_params, load_yaml
-from pipeline.core.errors import LfbenchError, StageFailed
+from pipeline.core.errors import Interrupted, LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
 from pipeline.tools.selectors import META as SELECTORS
 from pipeline.tools.selectors import SelectorCommand, per_side
@@ -211,8 +215,11 @@ def stage(ctx: click.Context) -> None:
     """Run one pipeline stage in this process (normally called through `lfbench run`)."""
     argv = ctx.meta.get("lfbench.stage_argv") or []
     if ctx.invoked_subcommand and "--help" not in argv:
+        from pipeline.data.verify import data_paths, verify_data
         from pipeline.tools.containers import write_stage_record
 
+        # before anything is written: the raw data it reads must be the pinned bytes
+        verify_data(Path.cwd(), data_paths(Path.cwd(), argv[1:]))
         write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
 
@@ -447,6 +454,9 @@ def agreement_command(**kwargs: Any) -> None:
     Writes {"rows": [...]}, one row per judge (and per pair of judges with --judgements).
     Runs in this process; `lfbench run agreement` (the DVC stage) picks the runtime.
     """
+    from pipeline.data.verify import data_paths, verify_data
+
+    verify_data(Path.cwd(), data_paths(Path.cwd(), [str(kwargs["labels"])]))
     _run_agreement(**kwargs)
 
 
@@ -956,6 +966,113 @@ def report(out: Path, params_path: Path) -> None:
     click.echo(f"wrote {html_path} and {md_path}")
 
 
+@cli.group("audit")
+def audit() -> None:
+    """People audit a judge on a run's own outputs (README: "Auditing the judge")."""
+
+
+@audit.command("sample")
+@click.option("--benchmark", required=True, help="The benchmark (its MLflow experiment).")
+@click.option("--run", "run_id", default=None, help="The run's id (from the UI).")
+@click.option("--model", default=None, help="Or: the model entry or system of the current run.")
+@click.option("--setting", default=None, help="With --model: its setting.")
+@click.option("--judge", "judge_name", default=None, help="With --model: the judge.")
+@click.option("-n", "n", type=click.IntRange(min=2), default=50, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--name", default=None, help="The sample's name (default: from the run's).")
+@click.option("--no-traces", is_flag=True, help="Only the CSV and the sample file.")
+@params_option
+def audit_sample(
+    benchmark: str,
+    run_id: str | None,
+    model: str | None,
+    setting: str | None,
+    judge_name: str | None,
+    n: int,
+    seed: int,
+    name: str | None,
+    no_traces: bool,
+    params_path: Path,
+) -> None:
+    """Draw n of a run's verdicts for a person to label: MLflow traces linked to the run and
+    audits/<sample>.csv; the sample is audits/<sample>.json."""
+    from pipeline.core import registry
+    from pipeline.tools.audit import make_sample
+    from pipeline.tools.compare import find_run
+
+    root = Path.cwd()
+    bench = registry.get(benchmark)
+    params = load_params(params_path, [benchmark])
+    if run_id is None:
+        if model is None:
+            raise click.UsageError("give --run RUN_ID, or --model (with --setting, --judge)")
+        run_id = find_run(root, benchmark, model, setting, judge_name)
+    sample, path = make_sample(root, params, bench, run_id, n, seed, name, traces=not no_traces)
+    traced = sum(1 for u in sample.units if u.trace_id)
+    click.echo(
+        f"sample {sample.sample}: {len(sample.units)} of the {sample.n_units} verdicts of"
+        f" judge {sample.judge} on run {sample.run_name!r} ({sample.run_id})\n"
+        f"  {path}\n  {path.with_suffix('.csv')}  (fill in the label column)\n"
+        f"  {traced} MLflow traces on the run: add a feedback assessment named"
+        f" {sample.scale.name!r} ({' | '.join(sample.scale.labels)}) to each\n"
+        f"then: lfbench audit score --sample {sample.sample}"
+    )
+
+
+@audit.command("score")
+@click.option("--sample", "samples", multiple=True, help="A sample's name (repeatable).")
+@click.option(
+    "--labels",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A filled-in CSV of the sample (its labels win over the UI's).",
+)
+@click.option(
+    "--released",
+    "released",
+    default=None,
+    metavar="BENCHMARK",
+    help="Score the labels people already made on BENCHMARK's released outputs.",
+)
+@click.option("--min-labels", type=click.IntRange(min=2), default=30, show_default=True)
+@click.option("--resamples", type=click.IntRange(min=0), default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@params_option
+def audit_score(
+    samples: tuple[str, ...],
+    labels: Path | None,
+    released: str | None,
+    min_labels: int,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+    params_path: Path,
+) -> None:
+    """Kappa of the judge against the person and the prediction-powered score, per run,
+    logged on the run (audit.*) and written to audits/<sample>.score.json."""
+    from pipeline.tools.audit import load_sample, render, score_released, score_sample
+
+    root = Path.cwd()
+    if not samples and released is None:
+        raise click.UsageError("give --sample NAME (or --released BENCHMARK)")
+    if labels is not None and len(samples) != 1:
+        raise click.UsageError("--labels goes with exactly one --sample")
+    results = []
+    for name in samples:
+        params = load_params(params_path, [load_sample(root, name).benchmark])
+        results.append(score_sample(root, params, name, labels, n_resamples=resamples, seed=seed))
+    if released is not None:
+        params = load_params(params_path, [released])
+        results += score_released(
+            root, params, released, min_labels=min_labels, n_resamples=resamples, seed=seed
+        )
+    if as_json:
+        click.echo(json.dumps(results, indent=2, sort_keys=True))
+    else:
+        click.echo(render(results), nl=False)
+
+
 @cli.command("score")
 @click.option("--benchmark", required=True, help="Whose reference metrics (e.g. crud_rag).")
 @click.option(
@@ -1026,6 +1143,9 @@ def main() -> None:
     except StageFailed as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(3)
+    except Interrupted as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(130)
     except LfbenchError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)

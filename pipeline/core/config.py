@@ -170,9 +170,9 @@ class OpenAIModel(EndpointConfig):
     samples: int = Field(default=1, ge=1, description="outputs per item and setting")
     on_truncation: Literal["keep", "retry", "fail"] = Field(
         default="keep",
-        description="an answer the server cut for length (finish_reason: length): keep it,"
-        " flagged and counted; retry once with retry_max_tokens (kept, flagged, if cut again);"
-        " or fail the item",
+        description="an answer the server cut (finish_reason: length, or content_filter): keep"
+        " it, flagged and counted; retry once with retry_max_tokens (a cut for length only;"
+        " kept, flagged, if cut again); or fail the item",
     )
     retry_max_tokens: int | None = Field(
         default=None, ge=1, description="the budget of a retry (default: twice max_tokens)"

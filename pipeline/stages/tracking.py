@@ -90,6 +90,10 @@ _VOLATILE = (
     "runtime",
     "image.digest",
 )
+# What `lfbench audit` logs on a run (pipeline/tools/audit.py): metrics and tags of this prefix
+# are not the row's result; a new run of an audited row is tagged `audit.pending`.
+AUDIT = "audit."
+AUDIT_PENDING = "audit.pending"
 # Digests of artifacts drawn from several rows (a system's plot across settings): when one
 # changes without the run's own result changing, the artifacts are re-logged into the same run.
 _REFRESHED = ("lfbench.plots_sha",)
@@ -256,13 +260,16 @@ def stored_fingerprint(run: Any, spec: RunSpec | None = None) -> str:
     and part of the fingerprint). Recognises a run logged under an older fingerprint rule. Given
     the spec it is compared with, the spec's counters are left out of the stored metrics, and a
     tag the spec has and the run lacks (added by a newer lfbench, e.g. `model.entry_sha`) is
-    taken as the spec's (the sync then adds it to the run)."""
+    taken as the spec's (the sync then adds it to the run). A people's audit of the run
+    (`lfbench audit`: `audit.*` metrics and tags) is not part of what the row is."""
     tags = {k: v for k, v in run.data.tags.items() if not k.startswith(("lfbench.", "mlflow."))}
+    tags = {k: v for k, v in tags.items() if not k.startswith(AUDIT)}
     skip: set[str] = set()
     if spec is not None:
         skip = set(spec.counters)
         tags |= {k: v for k, v in spec.tags.items() if k not in run.data.tags}
-    return fingerprint({k: v for k, v in run.data.metrics.items() if k not in skip}, tags)
+    metrics = {k: v for k, v in run.data.metrics.items() if not k.startswith(AUDIT)}
+    return fingerprint({k: v for k, v in metrics.items() if k not in skip}, tags)
 
 
 def workspace_id(root: Path) -> str:
@@ -468,6 +475,12 @@ def _sync(
             _set_tag(client, prior.info.run_id, CURRENT, "false")
             _set_tag(client, prior.info.run_id, SUPERSEDED_BY, run_id)
             report.superseded += 1
+            t = prior.data.tags
+            audited = t.get("audit.sample") or t.get("audit.samples") or t.get(AUDIT_PENDING)
+            if audited:
+                # its audit stays with it; `lfbench audit score` checks that the labels still
+                # apply (same judge, same outputs) and computes it on this run
+                _set_tag(client, run_id, AUDIT_PENDING, audited)
     return report
 
 

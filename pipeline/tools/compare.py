@@ -38,6 +38,7 @@ _BOOKKEEPING = (
     "lfbench.fingerprint",
     "lfbench.row_key",
     "lfbench.plots_sha",
+    "audit.",  # a people's audit of the run (`lfbench audit`); its figures stay as metrics
 )
 
 
