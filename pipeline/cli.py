@@ -49,14 +49,47 @@ STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-loc
 log = logging.getLogger("lfbench")
 
 
+ENV_VERBOSE = "LFBENCH_VERBOSE"  # 1: `--verbose` for every lfbench process (dvc repro's stages)
+# The loggers whose INFO lines a user reads: each stage's steps, progress and results.
+OWN_LOGGERS = ("lfbench", "pipeline")
+
+
+class _UserFacing(logging.Filter):
+    """Without `--verbose`: the project's INFO lines, and warnings and errors from anywhere.
+    A library's own chatter (bm25s sets its logger to DEBUG when imported; ONNX Runtime's
+    quantiser logs INFO lines on the root logger) stays out whatever level it chose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        own = record.name.split(".", 1)[0] in OWN_LOGGERS
+        return own and record.levelno >= logging.INFO
+
+
+def verbose_requested(flag: bool) -> bool:
+    """`--verbose`, or LFBENCH_VERBOSE=1 (how a `dvc repro` gets its stages' debug lines)."""
+    return flag or os.environ.get(ENV_VERBOSE, "").strip().lower() in ("1", "true", "yes")
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker", "bm25s"):
+    verbose = verbose_requested(verbose)
+    if verbose:
+        os.environ[ENV_VERBOSE] = "1"  # the stages this process starts (a container too)
+    else:
+        # MLflow logs through its own handler ("Creating initial MLflow database tables..."),
+        # set up when it is imported: its level comes from this variable.
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig: a host that set up logging keeps its own
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+        if not verbose:
+            handler.addFilter(_UserFacing())
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -137,7 +170,13 @@ def path_option(flag: str, dest: str | None = None) -> Callable[[F], F]:
 
 @click.group()
 @click.version_option(__version__, prog_name="lfbench")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Debug logging, libraries' included (LFBENCH_VERBOSE=1 does the same, also for the"
+    " stages of a dvc repro).",
+)
 def cli(verbose: bool) -> None:
     """lfbench: reproducible long-form RAG benchmarks."""
     _setup_logging(verbose)
@@ -499,8 +538,16 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
+    # said by the stage that decides (with its one warning); the others follow it quietly
+    decided = containers.remembered(root, containers.read_recipe(root), params.runtime)
     decision, client = _runtime(root, params.runtime)
-    log.info("stage %s: runtime %s (%s)", stage_name, decision["runtime"], decision["why"])
+    log.log(
+        logging.DEBUG if decided else logging.INFO,
+        "stage %s: runtime %s (%s)",
+        stage_name,
+        decision["runtime"],
+        decision["why"],
+    )
     recipe_env = {ENV_IMAGE_RECIPE: str(decision["recipe"])}
     if decision["runtime"] == "local":
         os.environ.update({**git_env(root), **recipe_env, ENV_RUNTIME: "local"})
@@ -699,14 +746,35 @@ def check(params_path: Path, dvc_file: Path) -> None:
     """Validate params.yaml whole (the core and every benchmark section, each by its package),
     and check that each stage of dvc.yaml depends on all the code it runs."""
     from pipeline.core import registry
+    from pipeline.core.config import OpenAIJudge
+    from pipeline.stages.common import applies
     from pipeline.tools import deps
 
     params = load_params(params_path)
     for name in params.benchmarks():
         section = params.section(name, registry.get(name).params_model)
         click.echo(f"{name}: {len(section.models)} models, {len(section.judges)} judges")
+        for judge in section.judges:  # what each LLM judge costs: the models it judges
+            if not isinstance(params.judges[judge], OpenAIJudge):
+                continue
+            judged = [m for m in section.models if applies(params, m, judge)]
+            left = [m for m in section.models if m not in judged]
+            click.echo(
+                f"  LLM judge {judge} judges: {', '.join(judged) or 'none of them'}"
+                + (f"; not (judges.{judge}.models): {', '.join(left)}" if left else "")
+            )
+            if not judged:
+                click.echo(
+                    f"  note: {judge} judges no model of {name} (by default an LLM judge judges"
+                    f" the models with calls): list the ones it should judge in"
+                    f" judges.{judge}.models, or write models: all"
+                )
     click.echo(f"{params_path}: valid")
     root = Path.cwd()
+    from pipeline.stages.plan import context_fit
+
+    for line in context_fit(root, params):  # models that declare their context window
+        click.echo(line)
     stale = [c for c in deps.check(root, dvc_file) if c.uncovered]
     for c in stale:
         click.echo(f"{dvc_file}: stage {c.stage} runs code its deps miss: {', '.join(c.uncovered)}")
@@ -906,15 +974,30 @@ def ui(host: str, port: int) -> None:
             " open it in a browser (`lfbench ui` serves a database store)"
         )
     check_reachable(uri)
+    from pipeline.tools.ui import display_host, prepare_views
+
+    # Not MLflow's GenAI home page: each benchmark's current runs, its main metrics as columns
+    # (a shared view MLflow reads from an experiment tag), and its charts, main metric first.
+    base = f"http://{display_host(host)}:{port}"
+    views = prepare_views(uri, base)
     # The store URI (and any password in it) reaches mlflow by its environment, never its
     # command line, which every user of the machine can read (`ps`).
     os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
     argv = [sys.executable, "-m", "mlflow", "ui"]
     argv += ["--host", host, "--port", str(port), "--workers", "1"]
-    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, masked(uri))
+    if views:
+        click.echo("Open the runs of each benchmark (current results, main metrics as columns):")
+        for v in views:
+            click.echo(f"  {v.experiment}: {v.runs_url}")
+        click.echo("  (charts of the main metrics: the same link with &compareRunsMode=CHART)")
+    else:
+        click.echo(f"No lfbench results in this store yet (dvc repro logs them): {base}")
+    log.info("MLflow UI on %s (store %s); Ctrl-C stops it", base, masked(uri))
     # No usage reports leave the machine (MLflow's own switches).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
+    sys.stdout.flush()  # the links, before this process becomes mlflow's (a pipe buffers them)
+    sys.stderr.flush()
     os.execv(sys.executable, argv)
 
 

@@ -544,6 +544,15 @@ class Audit(ABC, Generic[P, I]):
         """What the judge saw when it gave its verdict on reference unit `target` of
         `generation`: named texts, shown to the person as they are."""
 
+    def in_row(
+        self, ctx: Context[P], setting: str, item: I, generation: Generation, target: str
+    ) -> bool:
+        """Whether the verdict on `target` of `generation` counts in the result row of this
+        `setting` (of the generation's system and the row's items). Default: the generation's
+        setting is the row's (a benchmark that scores one output under several settings, e.g.
+        CRUX's cut-offs of a ranking, says which units each one holds)."""
+        return generation.setting == setting
+
     def released(
         self, ctx: Context[P], labelled: Any, judged: Mapping[str, Any]
     ) -> list[PriorLabel]:

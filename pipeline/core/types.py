@@ -30,6 +30,11 @@ class EndpointConfig(BaseModel):
     temperature: float = 0.0
     top_p: float | None = None
     max_tokens: int = Field(default=1024, ge=1)
+    # The tokens the served model can hold, prompt and answer together (its trained context,
+    # or less if the server is started with less: llama.cpp's --n_ctx, vLLM's --max-model-len,
+    # Ollama's OLLAMA_CONTEXT_LENGTH). lfbench check and plan name the prompts that do not fit;
+    # a benchmark that can (SummHay's RAG contexts) packs this model's contexts to fit.
+    context_window: int | None = Field(default=None, ge=256)
     seed: int | None = 0
     max_concurrency: int = Field(default=8, ge=1)
     requests_per_minute: float | None = Field(default=None, gt=0)

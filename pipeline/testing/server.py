@@ -451,6 +451,8 @@ class Server:
                 }
             )
             record["served"] = True
+            if fault == "drip":
+                return await self._drip(request, record, resp)
         return await self._answer(request, record, resp)
 
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
@@ -716,4 +718,8 @@ class TestServer:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the importable module, not as __main__: a responder module that raises
+    # `pipeline.testing.server.ScriptedStatus` must raise the class this server catches.
+    from pipeline.testing.server import main as _main
+
+    _main()

@@ -197,10 +197,18 @@ def row_items(client: Any, run: Any) -> set[str]:
 
 
 def row_verdicts(
-    bench: AnyBenchmark, scale: Scale, root: Path, run: Any, items: set[str]
+    bench: AnyBenchmark,
+    ctx: Context[Any],
+    scale: Scale,
+    root: Path,
+    run: Any,
+    items: set[str],
+    dataset: Mapping[str, Any],
 ) -> list[RowVerdict]:
     """The judge's usable verdicts on the row's outputs: from the pipeline's generations and
-    judgements of the run's model entry and judge, for its system, setting and items."""
+    judgements of the run's model entry and judge, for its system and items, those the
+    benchmark counts in the row's setting (`Audit.in_row`)."""
+    audit = capability(bench)
     p = run.data.params
     for key in ("model", "judge", "system", "setting"):
         if key not in p:
@@ -214,13 +222,16 @@ def row_verdicts(
     gens = {g.generation_id: g for g in read_jsonl(gpath, Generation)}
     out = []
     for j in read_jsonl(jpath, Judgement):
-        if j.system != system or j.setting != setting or j.item_id not in items:
+        if j.system != system or j.item_id not in items or j.item_id not in dataset:
             continue
         if j.status == "error" or j.generation_id not in gens:
             continue
+        g, item = gens[j.generation_id], dataset[j.item_id]
         for v in j.verdicts:
-            if v.status == "ok" and v.label in scale.labels:
-                out.append(RowVerdict(gens[j.generation_id], j, v))
+            if v.status != "ok" or v.label not in scale.labels:
+                continue
+            if audit.in_row(ctx, setting, item, g, v.target_id):
+                out.append(RowVerdict(g, j, v))
     if not out:
         raise LfbenchError(
             f"run {run.info.run_name}: no usable verdicts of judge {judge} in {jpath}"
@@ -283,7 +294,8 @@ def make_sample(
         raise LfbenchError(
             f"run {run_id} ({run.info.run_name}) is not current: audit the current one"
         )
-    population = row_verdicts(bench, scale, root, run, row_items(client, run))
+    items = _items(bench, root)
+    population = row_verdicts(bench, ctx, scale, root, run, row_items(client, run), items)
     if n > len(population):
         raise LfbenchError(
             f"run {run.info.run_name}: {n} asked, but its judge gave {len(population)} verdicts"
@@ -295,7 +307,6 @@ def make_sample(
         )
     strata = [v.verdict.label for v in population]
     picked = systematic_sample(strata, [v.generation.generation_id for v in population], n, seed)
-    items = _items(bench, root)
     p = run.data.params
     name = name or f"{bench.name}-{_slug(run.info.run_name)}-n{n}-s{seed}"
     if not _NAME.match(name):
@@ -644,7 +655,8 @@ def score_sample(
 
     sample = load_sample(root, name)
     bench = registry.get(sample.benchmark)
-    scale = Scale.of(capability(bench).scale(_context(bench, params, root)))
+    ctx = _context(bench, params, root)
+    scale = Scale.of(capability(bench).scale(ctx))
     if scale.labels != sample.scale.labels:
         raise LfbenchError(
             f"audit sample {name}: made on the scale {sample.scale.describe()}, the benchmark's"
@@ -652,7 +664,8 @@ def score_sample(
         )
     client = _client(root)
     run = current_run(client, sample.benchmark, sample.row_key)
-    population = row_verdicts(bench, scale, root, run, row_items(client, run))
+    items = _items(bench, root)
+    population = row_verdicts(bench, ctx, scale, root, run, row_items(client, run), items)
     now_sha = sorted({v.judgement.judge_prompt_sha for v in population})
     if now_sha != [sample.judge_prompt_sha]:
         raise LfbenchError(
@@ -791,6 +804,7 @@ def score_released(
         [exp_id], filter_string=f"tags.`{CURRENT}` = 'true'", max_results=5000
     )
     results = []
+    items = _items(bench, root)
     for run in sorted(runs, key=lambda r: r.info.run_name or ""):
         p = run.data.params
         if "judge" not in p or "system" not in p:
@@ -806,7 +820,7 @@ def score_released(
         usable = [x for x in mine if x.judge_label is not None]
         if len(usable) < min_labels:
             continue
-        population = row_verdicts(bench, scale, root, run, row_items(client, run))
+        population = row_verdicts(bench, ctx, scale, root, run, row_items(client, run), items)
         keys = [(v.generation.generation_id, v.verdict.target_id) for v in population]
         w = _weights(scale, keys)
         lw = _prior_weights(scale, usable)

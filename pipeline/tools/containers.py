@@ -65,6 +65,7 @@ RECIPE_LABEL = "org.lfbench.recipe"
 ENV_DATA_MIRROR = "LFBENCH_DATA_MIRROR"
 ENV_CACHE = "LFBENCH_CACHE_DIR"
 ENV_IMAGE_PULL = "LFBENCH_IMAGE_PULL"  # 0: never pull an image (build it instead)
+ENV_VERBOSE = "LFBENCH_VERBOSE"  # 1: debug logging in the stage, as `lfbench --verbose`
 # What the runner itself sets for a stage; only these LFBENCH_* variables go in.
 RUNNER_VARS = (
     ENV_GIT_COMMIT,
@@ -276,12 +277,12 @@ def container_env(
     """The whole environment of a stage's container (on top of the image's own ENV).
 
     `runner_env` holds what the runner sets (git commit and dirtiness, runtime, image digest);
-    from the caller's `environ` only LFBENCH_DATA_MIRROR, LFBENCH_INTERRUPT_GRACE_S, the API-key
-    variables params name and `env_passthrough` are copied, when set. Nothing else crosses (no
-    PATH, HOME, tokens...).
+    from the caller's `environ` only LFBENCH_DATA_MIRROR, LFBENCH_VERBOSE,
+    LFBENCH_INTERRUPT_GRACE_S, the API-key variables params name and `env_passthrough` are
+    copied, when set. Nothing else crosses (no PATH, HOME, tokens...).
     """
     env = {k: v for k, v in runner_env.items() if k in RUNNER_VARS}
-    for name in [ENV_DATA_MIRROR, INTERRUPT_GRACE_ENV, *allowed_names(raw_params)]:
+    for name in [ENV_DATA_MIRROR, ENV_VERBOSE, INTERRUPT_GRACE_ENV, *allowed_names(raw_params)]:
         if name in environ and name not in env:
             env[name] = environ[name]
     env["HOME"] = "/tmp"

@@ -411,6 +411,10 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
         details += [f"## {title}", "", *_models(root, bench, doc["rows"]), *section.lines]
+        if isinstance(doc.get("not_judged"), list):
+            from pipeline.stages.aggregate import not_judged_lines
+
+            details += not_judged_lines(doc["not_judged"])
         for caption, png in section.figures:
             figs.append((caption, png))
             details += [f"![{caption}]({figure_name(len(figs))})", ""]

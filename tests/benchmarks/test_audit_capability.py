@@ -134,3 +134,40 @@ def test_crux_shows_the_passage_against_the_sub_question_and_gives_kappa_only() 
     numbers = audit_numbers(Scale.of(scale), pairs, n_resamples=50)
     assert numbers["audit.exact_agreement"] == pytest.approx(2 / 3)
     assert not any(k.endswith("_ppi") or k.startswith("audit.human") for k in numbers)
+
+
+def test_a_crux_row_holds_the_pairs_of_the_passages_in_its_cut_off() -> None:
+    from pipeline.benchmarks.crux.schema import Passage, Query, QueryView, SubQuestion
+
+    bench, ctx = _ctx("crux")
+    assert bench.audit is not None
+    passages = {p: Passage(pid=p, text=f"text {p}", tokens=5) for p in ("p1", "p2", "p3")}
+    view = QueryView(
+        Query(
+            item_id="c/q1",
+            query="q",
+            domain="d",
+            subquestions=[SubQuestion(qid="s1", text="?")],
+            ratings={"p1": [5]},
+            zstar=["p1"],
+        ),
+        passages,
+    )
+    gen = _gen("c/q1", "").model_copy(
+        update={"setting": "bm25", "meta": {"ranking": ["p3", "p1", "p2"]}}
+    )
+    held = {
+        (setting, pid): bench.audit.in_row(ctx, setting, view, gen, f"{pid}#s1")
+        for setting in ("bm25@2", "bm25@zstar", "vector@2")
+        for pid in ("p1", "p2", "p3")
+    }
+    assert [k for k, v in held.items() if v] == [
+        ("bm25@2", "p1"),
+        ("bm25@2", "p3"),
+        ("bm25@zstar", "p3"),
+    ]
+    # the other benchmarks: a row's setting is its generations'
+    summhay, sctx = _ctx("summhay")
+    assert summhay.audit is not None
+    assert summhay.audit.in_row(sctx, "o", None, _gen("x", ""), "i1")
+    assert not summhay.audit.in_row(sctx, "bm25", None, _gen("x", ""), "i1")

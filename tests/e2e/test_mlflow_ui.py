@@ -242,6 +242,52 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
     print(f"screenshots: {shot} and mlflow-ui-{{runs,metrics,plot}}.png beside it")
 
 
+def test_lfbench_ui_links_each_benchmark_s_runs(ui_server: tuple[str, Path], browser: Any) -> None:
+    """The link `lfbench ui` prints opens the benchmark's current runs in the "Model training"
+    view, sorted by its main metric with its main metrics as columns, and its chart view on
+    them (not MLflow's GenAI home page, nor charts starting at `citation`/`cost_usd`)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, project = ui_server
+    d = browser
+    printed = (project / "ui.log").read_text()
+    link = next(
+        line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("  summhay: ")
+    )
+    assert link.startswith(url + "/#/experiments/") and "viewStateShareKey=lfbench" in link
+    rows = json.loads((project / "metrics/summhay.json").read_text())["rows"]
+    best = max(rows, key=lambda r: r["joint"])
+
+    def body() -> str:
+        return str(d.find_element(By.TAG_NAME, "body").text)
+
+    def wait_text(text: str, timeout: float = 60) -> None:
+        WebDriverWait(d, timeout).until(lambda _: text in body(), f"{text!r} never showed")
+
+    d.get(link)
+    wait_text(f"{len(rows)} matching runs")  # the current runs: one per row
+    wait_text("Sort: joint")
+    page = body()
+    for column in ("joint", "coverage", "citation", "joint_ci_low", "n_items", "cost_usd"):
+        assert column in page.splitlines(), column
+    names = [e.text for e in d.find_elements(By.XPATH, "//a[contains(@href, '/runs/')]")]
+    first = next(n for n in names if " / " in n)
+    assert first.startswith(f"{best['system']} / {best['setting']} / "), (first, best)
+    assert "Welcome to MLflow" not in page and "Information about UI telemetry" not in page
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-lfbench-view.png"))
+
+    d.get(link + "&compareRunsMode=CHART")
+    wait_text("Main metrics (lfbench)")
+    charts = body().split("Main metrics (lfbench)", 1)[1].splitlines()
+    assert [c for c in charts if c in ("joint", "coverage", "citation", "cost_usd")][:3] == [
+        "joint",
+        "coverage",
+        "citation",
+    ]
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-lfbench-charts.png"))
+
+
 def test_an_audit_sample_is_labelled_in_the_trace_view_and_scored_on_its_run(
     ui_server: tuple[str, Path], browser: Any
 ) -> None:

@@ -66,6 +66,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         judgements.append(Judgement.of("summhay", gen, JUDGE_NAME, "published", "ok", verdicts))
     _write(tmp_path / "generations/summhay/published.jsonl", gens)
     _write(tmp_path / f"judgements/summhay/published/{JUDGE_NAME}.jsonl", judgements)
+    _dataset(tmp_path)
     spec = _spec(52.5)
     report = sync("summhay", [spec], tmp_path, producer="summhay-aggregate")
     assert report.created == 1
@@ -114,6 +115,33 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "audits/s1.json").write_text(sample.model_dump_json(), encoding="utf-8")
     write_csv(tmp_path / "audits/s1.csv", sample)
     return tmp_path
+
+
+def _dataset(root: Path, subtopics: int = 4, insights: int = 5) -> None:
+    """datasets/summhay.jsonl: one haystack news1 with subtopics sub<g>, insights ins<g><k>."""
+    from pipeline.data.haystacks import normalise, parse_raw_haystack
+    from tests.conftest import mini_haystack
+
+    raw = mini_haystack()
+    template = raw["subtopics"][0]
+    raw["subtopics"] = [
+        {
+            **template,
+            "subtopic_id": f"sub{g}",
+            "insights": [
+                {"insight_id": f"ins{g}{k}", "insight_name": "n", "insight": f"insight {g}{k}"}
+                for k in range(insights)
+            ],
+            "summaries": {},
+            "eval_summaries": {},
+        }
+        for g in range(subtopics)
+    ]
+    for d in raw["documents"]:
+        d["insights_included"] = []
+    hay = normalise("news1", parse_raw_haystack(raw, "t.json"), source_file="t.json")
+    (root / "datasets").mkdir(exist_ok=True)
+    (root / "datasets/summhay.jsonl").write_text(hay.model_dump_json() + "\n", "utf-8")
 
 
 def _spec(coverage: float) -> RunSpec:
@@ -362,10 +390,13 @@ def test_released_labels_give_a_released_systems_row_its_own_audit(
             setting="oracle", status="ok", text=f"- summary {g}",
         )  # fmt: skip
         gens.append(gen)
-        verdicts = [Verdict(target_id=f"i{g}{k}", label=LABEL[labels[5 * g + k]]) for k in range(5)]
+        verdicts = [
+            Verdict(target_id=f"ins{g}{k}", label=LABEL[labels[5 * g + k]]) for k in range(5)
+        ]
         judgements.append(Judgement.of("summhay", gen, JUDGE_NAME, "published", "ok", verdicts))
     _write(tmp_path / "generations/summhay/published.jsonl", gens)
     _write(tmp_path / f"judgements/summhay/published/{JUDGE_NAME}.jsonl", judgements)
+    _dataset(tmp_path)
     spec = _spec(52.5)
     spec = RunSpec(
         row_key="gpt-4o|oracle",

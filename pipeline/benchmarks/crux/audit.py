@@ -1,11 +1,13 @@
 """CRUX's audit: a person rates one (passage, sub-question) pair as the judge did (0-5).
 
 CRUX's metrics (coverage, alpha-nDCG, density of a context) are not a mean of these ratings, so
-an audit gives the judge's kappa against the person on the run, not a corrected metric.
+an audit gives the judge's kappa against the person on the run, not a corrected metric. A row is
+one retriever's ranking at one cut-off: its units are the pairs of the passages in that context.
 """
 
 from __future__ import annotations
 
+from pipeline.benchmarks.crux.contexts import cut
 from pipeline.benchmarks.crux.judging import split_target
 from pipeline.benchmarks.crux.params import CruxParams
 from pipeline.benchmarks.crux.schema import QueryView
@@ -40,3 +42,18 @@ class CruxAudit(Audit[CruxParams, QueryView]):
                 field=target,
             )
         return {"sub-question": sub.text, "passage": passage.text}
+
+    def in_row(
+        self,
+        ctx: Context[CruxParams],
+        setting: str,
+        item: QueryView,
+        generation: Generation,
+        target: str,
+    ) -> bool:
+        """A row `<retriever>@<cut-off>` holds the pairs of the passages in that context."""
+        retriever, _, cutoff = setting.rpartition("@")
+        if not retriever or generation.setting != retriever:
+            return False
+        pid, _ = split_target(target)
+        return pid in cut(generation, item.query, cutoff, item.passages).passages
