@@ -92,11 +92,15 @@ def known(label: str, names: Iterable[str], allowed: Iterable[str]) -> None:
 
 
 class Strict(BaseModel):
-    """The base of every params model: unknown keys refused, and no NaN or infinity in a float
-    (`.nan`/`.inf` in YAML would reach the wire or a threshold silently). Subclasses that set
-    their own model_config keep these (pydantic merges configs)."""
+    """The base of every params model: unknown keys refused, no NaN or infinity in a float
+    (`.nan`/`.inf` in YAML would reach the wire or a threshold silently), and no conversion of
+    a value's type (pydantic's strict mode: `first: "3"` is not 3, `first: true` is not 1,
+    `length_study: 1` is not true; an int is still a float). Subclasses that set their own
+    model_config keep these (pydantic merges configs). A field that YAML cannot write in its
+    type (a tuple: a YAML list) relaxes the container only: `Annotated[tuple[StrictInt,
+    StrictInt], pydantic.Strict(False)]`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 # ---------------------------------------------------------------- models under test
@@ -131,6 +135,12 @@ class Slice(Strict):
         wanted = set(self.items or ())
         kept = [i for i in ids if not wanted or i in wanted or i.split("/", 1)[0] in wanted]
         return kept[: self.first] if self.first is not None else kept
+
+    def unknown(self, ids: Sequence[str]) -> list[str]:
+        """The names in `items` that match no id of `ids` (neither an id nor its part before a
+        `/`): a typo, or an item of another dataset."""
+        known = set(ids) | {i.split("/", 1)[0] for i in ids}
+        return [n for n in self.items or () if n not in known]
 
     def describe(self) -> str:
         parts = [",".join(self.items)] if self.items else []
@@ -505,6 +515,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+            raise ConfigError(
+                f"{node.start_mark.name}: line {key_node.start_mark.line + 1}: a key that is a"
+                f" {kind} (YAML's complex keys: `? ...`, `[a, b]: ...`); a key must be a name"
+            )
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise ConfigError(
@@ -528,9 +544,28 @@ def load_yaml(path: Path) -> Any:
     stream = io.StringIO(text)
     stream.name = str(path)  # named in the loader's marks (a duplicate key's line)
     try:
+        _refuse_aliases(text, path)
         return yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+
+
+def _refuse_aliases(text: str, path: Path) -> None:
+    """YAML anchors and aliases (`&name`, `*name`) are refused, before the document is built:
+    each alias repeats a whole subtree, so a few lines can stand for billions of nodes (an
+    "alias bomb": DVC's own parser, which reads params.yaml on every `dvc status`, expands it for
+    minutes or runs out of memory), and a value written once and used in several places hides
+    from DVC which keys a stage really depends on. Write each value out."""
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, yaml.AnchorToken | yaml.AliasToken):
+            what = "an anchor" if isinstance(token, yaml.AnchorToken) else "an alias"
+            sign = "&" if isinstance(token, yaml.AnchorToken) else "*"
+            raise ConfigError(
+                f"{path}: line {token.start_mark.line + 1}: {what} ({sign}{token.value}):"
+                " YAML anchors and aliases are refused (DVC expands every alias when it reads"
+                " the file, and a few nested ones stall `dvc status` for minutes: an alias"
+                " bomb); write the value out where it is used"
+            )
 
 
 def invalid(
