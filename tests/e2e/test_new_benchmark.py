@@ -162,7 +162,8 @@ def test_a_keyword_recall_benchmark_in_under_100_lines(project: Path, tmp_path: 
         endpoint = {"provider": "openai", "base_url": srv.base_url, "api_key_env": None}
         params["runtime"] = "local"
         params["models"]["kw-llm"] = {**endpoint, "model": "tiny"}
-        params["judges"]["kw-judge"] = {**endpoint, "model": "tiny-judge"}
+        # `models: all`: the LLM judge also judges the baseline (by default only models with calls)
+        params["judges"]["kw-judge"] = {**endpoint, "model": "tiny-judge", "models": "all"}
         params["kwrecall"]["models"] = ["lead", "kw-llm"]
         params["kwrecall"]["judges"] = ["kwrecall-match", "kw-judge"]
         path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
