@@ -39,9 +39,10 @@ from typing import Any, TypeVar
 import click
 
 from pipeline import __version__
-from pipeline.core.config import load_params, load_yaml
+from pipeline.core.config import load_yaml
 from pipeline.core.errors import Interrupted, LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
+from pipeline.core.params import load_params
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -589,7 +590,7 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     """Where this `dvc repro`'s stages run: decided (and said, or warned) by its first stage,
     remembered for the others."""
-    from pipeline.tools import containers
+    from pipeline.tools import containers, image_store
 
     recipe = containers.read_recipe(root)
     memo = containers.remembered(root, recipe, requested)
@@ -600,7 +601,7 @@ def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
         requested,
         recipe,
         client=client,
-        obtain=lambda: containers.ensure_image(root, recipe, client=client),
+        obtain=lambda: image_store.ensure_image(root, recipe, client=client),
     )
     if decision.get("warn"):
         log.warning(
@@ -781,6 +782,12 @@ def check(params_path: Path, dvc_file: Path) -> None:
         click.echo(f"  deps that cover its code: {', '.join(deps.suggest(root, c.files))}")
     if stale:
         raise LfbenchError(f"{len(stale)} stage(s) of {dvc_file} have stale code dependencies")
+    untrained = deps.missing_models(root, params, dvc_file)
+    if untrained:
+        raise LfbenchError(
+            f"{dvc_file}: a judge stage whose benchmark lists the local judge must depend on its"
+            f" model (add it to the stage's deps): {'; '.join(untrained)}"
+        )
     click.echo(f"{dvc_file}: every stage depends on the code it runs")
 
 
@@ -833,15 +840,26 @@ def plan(
     show_default=True,
     help="Also append its params section to params.yaml and its stages to dvc.yaml.",
 )
+@click.option(
+    "--local-judge/--no-local-judge",
+    default=False,
+    show_default=True,
+    help="Also judge it with the local judge (its judge stages then depend on the local judge's"
+    " model, trained on SummHay's data).",
+)
 @params_option
 @click.option(
     "--dvc-file", type=click.Path(path_type=Path), default=Path("dvc.yaml"), show_default=True
 )
-def new_benchmark(name: str, wire: bool, params_path: Path, dvc_file: Path) -> None:
-    """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark)."""
+def new_benchmark(
+    name: str, wire: bool, local_judge: bool, params_path: Path, dvc_file: Path
+) -> None:
+    """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark),
+    with its test file."""
     from pipeline.tools.scaffold import create
 
-    for line in create(name, Path.cwd(), params_path if wire else None, dvc_file if wire else None):
+    params, dvc = (params_path, dvc_file) if wire else (None, None)
+    for line in create(name, Path.cwd(), params, dvc, local_judge):
         click.echo(line)
 
 

@@ -1,9 +1,9 @@
 """`lfbench plan`: what a `dvc repro` would send, before it sends anything.
 
 For each stage DVC reports changed (`dvc status`, through the `dvc.repo.Repo` API), the requests
-are built exactly as the stage builds them (the benchmark's `plan_generations` and `judge_tasks`,
-the agreement stage's labelled outputs), their cache keys looked up in the response cache and
-the stage's journal (never sent), and counted:
+are built exactly as the stage builds them (the benchmark's `plan_generations` and its LLM
+judge's `tasks`, the agreement stage's labelled outputs), their cache keys looked up in the
+response cache and the stage's journal (never sent), and counted:
 
 - requests: distinct requests the stage would send (cache and journal hits left out);
 - prompt tokens: the built prompts in cl100k_base tokens (`pipeline.retrieval.tokens`), message
@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context
-from pipeline.core.config import OpenAIJudge, OpenAIModel, Params, PublishedJudge
+from pipeline.core.benchmark import AnyBenchmark, Context, judge_kind, llm_capability
+from pipeline.core.config import OpenAIJudge, OpenAIModel, Params
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import read_json, read_jsonl
 from pipeline.core.records import Generation
@@ -474,13 +474,14 @@ class Planner:
     def judge(self, cmd: StageCmd, benchmark: str, model: str, judge: str) -> StagePlan:
         spec = self.params.judges[judge]
         plan = StagePlan(cmd.name, "judge", benchmark, model, judge, provider=spec.provider)
-        if not isinstance(spec, OpenAIJudge):
+        bench = self._bench(benchmark)
+        if judge_kind(bench, judge, spec) != "llm":
             return plan
+        assert isinstance(spec, OpenAIJudge)  # judge_kind says so
         why = not_judged(self.params, model, judge)
         if why is not None:
             plan.notes.append(f"not judged, by choice: {why}")
             return plan
-        bench = self._bench(benchmark)
         gens, extra = self._generations(cmd, plan)
         ctx = self._ctx(bench, cmd.options.get("data", ""))
         items = bench.items(self._dataset(bench, cmd.options["dataset"]))
@@ -510,7 +511,7 @@ class Planner:
         extra: dict[str, int],
     ) -> list[Built]:
         """The judge's requests, as its stage builds them (each with its stand-in's tokens)."""
-        tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
+        tasks = llm_capability(bench).tasks(ctx, spec, items, gens)
         out = []
         for t in tasks:
             gid = t.generation.generation_id
@@ -533,7 +534,9 @@ class Planner:
         for name in ctx.section.judges:
             spec = self.params.judges[name]
             plan = StagePlan(stage, "agreement", benchmark, None, name, provider=spec.provider)
-            if isinstance(spec, OpenAIJudge):
+            kind = judge_kind(bench, name, spec)
+            if kind == "llm":
+                assert isinstance(spec, OpenAIJudge)  # judge_kind says so
                 plan.notes.append(f"{len(llm_gens)} of {len(gens)} labelled outputs")
                 built = self._judge_requests(bench, ctx, name, spec, items, llm_gens, {})
                 stage_llm = agreement_stage(benchmark, name)
@@ -547,7 +550,7 @@ class Planner:
                     self.seconds_per_request,
                     unpriced(spec),
                 )
-            elif isinstance(spec, PublishedJudge):
+            elif kind == "released":
                 plan.notes.append("released predictions (no model)")
             plans.append(plan)
         return plans

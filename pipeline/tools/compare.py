@@ -218,7 +218,7 @@ def group_keys(benchmark: str) -> tuple[str, ...]:
 
     if benchmark not in registry.names():
         return ()
-    return tuple(registry.get(benchmark).group_keys)
+    return tuple(registry.get(benchmark).results.group_keys)
 
 
 def find_run(

@@ -13,8 +13,9 @@ import yaml
 
 from pipeline.benchmarks.long2rag.params import Long2ragLeadModel, OverlapJudge
 from pipeline.benchmarks.summhay.params import SummhayParams
-from pipeline.core.config import OwnedJudge, load_params, validate_params
+from pipeline.core.config import OwnedJudge
 from pipeline.core.errors import ConfigError
+from pipeline.core.params import load_params, validate_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,7 +247,7 @@ def test_every_params_model_refuses_non_finite_floats() -> None:
     roots: list[type[BaseModel]] = [config.Params, *config.CORE_MODEL_PROVIDERS.values()]
     roots += config.CORE_JUDGE_PROVIDERS.values()
     for bench in registry.load_all():
-        roots += [bench.params_model, *bench.model_specs, *bench.judge_specs]
+        roots += [bench.params_model, *bench.providers]
     seen: set[type[BaseModel]] = set()
 
     def walk(tp: Any) -> None:

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.core.config import Slice, validate_params
+from pipeline.core.config import Slice
 from pipeline.core.errors import ConfigError
+from pipeline.core.params import validate_params
 from tests.conftest import ROOT
 
 IDS = ["news1/a", "news1/b", "news2/c", "conv1/d", "news1@25k/a"]

@@ -139,7 +139,7 @@ def test_the_agreement_stage_gives_an_llm_judge_its_capped_samples(
     cap: dict[str, object], expected: int
 ) -> None:
     from pipeline.core import registry
-    from pipeline.core.config import validate_params
+    from pipeline.core.params import validate_params
     from pipeline.core.records import Generation
     from pipeline.stages.agreement import llm_labelled
     from pipeline.stages.common import context
@@ -180,7 +180,7 @@ def test_an_entry_without_prices_plans_an_unknown_cost_not_zero(tmp_path: Path) 
     """Issue 36, point 11. Before: a model whose entry names no prices planned cost_usd_max 0.0,
     with no note; now its cost is unknown (None, `?` in the table, the total unknown too) and a
     note says which prices to set (0 for a free local model)."""
-    from pipeline.core.config import validate_params
+    from pipeline.core.params import validate_params
     from pipeline.stages.plan import Plan, render, unpriced
 
     mine = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}

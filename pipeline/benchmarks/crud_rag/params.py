@@ -197,3 +197,7 @@ class CrudParams(BenchmarkParams):
                 " [event_summary], or source to the authors' benchmark file"
             )
         return self
+
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return self.quest_eval.llm
