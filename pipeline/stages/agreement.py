@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo
+from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo, judge_kind
 from pipeline.core.config import OpenAIJudge, Params, PublishedJudge, PublishedModel
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import (
@@ -71,7 +71,9 @@ def judge_labelled(
     info: dict[str, JudgeInfo] = {}
     for name in ctx.section.judges:
         spec = params.judges[name]
-        if isinstance(spec, PublishedJudge):
+        kind = judge_kind(bench, name, spec)
+        if kind == "released":
+            assert isinstance(spec, PublishedJudge)  # judge_kind says so
             proxy = spec.agreement_proxy
             if proxy is None:
                 continue
@@ -84,7 +86,8 @@ def judge_labelled(
             info[name] = JudgeInfo(
                 f"released predictions of {proxy} (replayed judge)", spec.provider, "published"
             )
-        elif isinstance(spec, OpenAIJudge):
+        elif kind == "llm":
+            assert isinstance(spec, OpenAIJudge)  # judge_kind says so
             stage = agreement_stage(bench.name, name)
             started = time.perf_counter()
             js, report = llm_judgements(bench, ctx, name, spec, items, llm_gens, stage, root)

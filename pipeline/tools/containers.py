@@ -680,27 +680,6 @@ def _build_classic(
         raise LfbenchError(f"docker build failed: {e.explanation or e}") from e
 
 
-def ensure_image(
-    root: Path,
-    rec: Mapping[str, Any],
-    *,
-    client: Any,
-    emit: Callable[[str], None] = log.info,
-) -> tuple[str, str]:
-    """The recipe's image on this engine: present, pulled (a registry, then the DVC remote)
-    or built. Returns (image id, how)."""
-    from pipeline.tools import image_store
-
-    found = find_image(client, rec)
-    if found:
-        return found, "present"
-    if os.environ.get(ENV_IMAGE_PULL) != "0":
-        pulled = image_store.pull(root, rec, client=client, emit=emit)
-        if pulled:
-            return pulled
-    return build_image(root, rec, client=client, emit=emit), "built"
-
-
 # ---------------------------------------------------------------- running in a container
 
 

@@ -157,3 +157,7 @@ class CruxParams(BenchmarkParams):
                 f"answers.cutoff {self.answers.cutoff!r} is not one of scoring.cutoffs"
             )
         return self
+
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return self.construction.llm if self.source.endswith(".jsonl") else None
