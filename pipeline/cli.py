@@ -10,6 +10,9 @@
     lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
     lfbench check                          validate params.yaml whole (every benchmark section)
     lfbench plan [TARGETS] [--json]        what `dvc repro` would send: requests, tokens, $, time
+    lfbench repro [-j N] [--cluster A]     dvc repro with independent stages side by side
+    lfbench prune                          drop what removed stages left in dvc.lock and outputs
+    lfbench worker SCHEDULER [--clone DIR] a Dask worker for `lfbench repro --cluster`
     lfbench new-benchmark NAME             a new benchmark package from the template
     lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
     lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
@@ -386,6 +389,14 @@ def stage_train_local_judge(
     default=None,
     help="The agreement stage's metrics: adds judge.kappa_vs_human to each run.",
 )
+@click.option(
+    "--released",
+    "released_path",
+    type=OutputFile(),
+    default=None,
+    help="Also write the rows of the released systems (models with provider `published`)"
+    " here: what another benchmark compares with (CRUX), apart from your models' rows.",
+)
 def stage_aggregate(
     benchmark: str,
     dataset: Path,
@@ -397,6 +408,7 @@ def stage_aggregate(
     params_path: Path,
     track: bool,
     agreement_path: Path | None,
+    released_path: Path | None,
 ) -> None:
     """Judgements -> metrics, report and MLflow runs."""
     from pipeline.stages.aggregate import aggregate
@@ -412,6 +424,7 @@ def stage_aggregate(
         root=Path.cwd(),
         track=track,
         agreement_path=agreement_path,
+        released_path=released_path,
     )
 
 
@@ -590,12 +603,22 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     """Where this `dvc repro`'s stages run: decided (and said, or warned) by its first stage,
     remembered for the others."""
-    from pipeline.tools import containers, image_store
+    from pipeline.tools import containers
 
     recipe = containers.read_recipe(root)
     memo = containers.remembered(root, recipe, requested)
     if memo is not None:
         return memo, None
+    with containers.deciding(root):  # stages starting at once (lfbench repro --jobs): one decides
+        memo = containers.remembered(root, recipe, requested)
+        if memo is not None:
+            return memo, None
+        return _decide(root, recipe, requested)
+
+
+def _decide(root: Path, recipe: dict[str, Any], requested: str) -> tuple[dict[str, Any], Any]:
+    from pipeline.tools import containers, image_store
+
     client = containers.docker_client() if requested != "local" else None
     decision = containers.decide(
         requested,
@@ -830,6 +853,75 @@ def plan(
         click.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
     else:
         click.echo(render(result), nl=False)
+
+
+@cli.command()
+@click.argument("targets", nargs=-1)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Stages at once (at most: stages that use the CPU are also limited to the cores).",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="ADDRESS",
+    help="A Dask scheduler (tcp://HOST:8786): run the stages on its `lfbench worker`s, each in"
+    " its own clone, sharing the team's DVC remote, MLflow server and response cache.",
+)
+@click.option("-f", "--force", is_flag=True, help="Run every stage, changed or not.")
+def repro(targets: tuple[str, ...], jobs: int, cluster: str | None, force: bool) -> None:
+    """`dvc repro [TARGETS]` with independent stages side by side: the same stages, the same
+    dvc.lock and outputs, each stage as soon as the stages it depends on are done."""
+    from pipeline.tools.parallel import failed_log_tail, run_repro, summary
+    from pipeline.tools.repro_view import LiveView
+
+    result = run_repro(
+        Path.cwd(), targets, jobs=jobs, cluster=cluster, force=force, view=LiveView()
+    )
+    for line in summary(result):
+        click.echo(line, err=True)
+    for st in result.failed:
+        tail = failed_log_tail(st)
+        if tail:
+            click.echo(f"last lines of {st.name}'s log:\n{tail}", err=True)
+    if result.interrupted:
+        sys.exit(130)
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("scheduler")
+@click.option(
+    "--clone",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path.cwd,
+    show_default="the current folder",
+    help="This worker's clone of the project (set up like every machine of the team).",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--name", default=None, help="The worker's name on the cluster.")
+def worker(scheduler: str, clone: Path, jobs: int, name: str | None) -> None:
+    """A Dask worker for `lfbench repro --cluster SCHEDULER`: runs stages in its own clone,
+    pulling what they read from the team's DVC remote and pushing what they make."""
+    from pipeline.tools.cluster import serve
+
+    serve(scheduler, clone, jobs, name)
+
+
+@cli.command()
+def prune() -> None:
+    """Drop what stages no longer in dvc.yaml left behind (a model or judge removed from
+    params.yaml): their dvc.lock entries and their outputs in the workspace (not in the DVC
+    cache). `lfbench repro` does it first."""
+    from pipeline.tools.parallel import prune_workspace
+
+    gone = prune_workspace(Path.cwd())
+    click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
 
 
 @cli.command("new-benchmark")

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from pipeline.core import aggregation
 from pipeline.core.benchmark import AnyBenchmark, RunRow
-from pipeline.core.config import Params
+from pipeline.core.config import Params, PublishedModel
 from pipeline.core.io import (
     atomic_write_bytes,
     atomic_write_text,
@@ -185,6 +185,7 @@ def aggregate(
     root: Path,
     track: bool = True,
     agreement_path: Path | None = None,
+    released_path: Path | None = None,
 ) -> list[RunRow]:
     if track:
         from pipeline.stages.mlflow_store import preflight
@@ -198,6 +199,12 @@ def aggregate(
     skipped = unjudged_pairs(params, section.models, section.judges)
     written = {**result.metrics, "not_judged": skipped} if skipped else result.metrics
     write_json(metrics_path, written)
+    if released_path is not None:
+        # the released systems' rows alone: a stage that compares with them depends on this
+        # file, so adding or changing your own model does not re-run it
+        released = {m for m in section.models if isinstance(params.models[m], PublishedModel)}
+        rows = [r for r in result.metrics.get("rows", []) if r.get("model") in released]
+        write_json(released_path, {"rows": rows})
     write_json(summary_path, result.summary)
     atomic_write_text(
         report_path, result.report + "".join(f"\n{s}" for s in not_judged_lines(skipped))

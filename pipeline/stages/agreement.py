@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo, judge_kind
-from pipeline.core.config import OpenAIJudge, Params, PublishedJudge
+from pipeline.core.config import OpenAIJudge, Params, PublishedJudge, PublishedModel
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import (
     atomic_write_bytes,
@@ -134,12 +134,16 @@ def judge_labelled(
 
 
 def pipeline_units(bench: AnyBenchmark, ctx: Context[Any], judgements_dir: Path) -> dict[str, Any]:
-    """Each judge's labels on the pipeline's outputs (every model of the section it judged)."""
+    """Each judge's labels on the released systems' outputs (the section's models with provider
+    `published`), where judges are compared with each other. Your own models' judgements are
+    not read: adding or changing one does not change agreement (and dvc.yaml makes the stage
+    depend on the released systems' judgements alone)."""
     ag = capability(bench)
+    released = [m for m in ctx.section.models if isinstance(ctx.params.models[m], PublishedModel)]
     out = {}
     for judge in ctx.section.judges:
         js: list[Judgement] = []
-        for model in ctx.section.models:
+        for model in released:
             path = judgements_dir / model / f"{judge}.jsonl"
             if path.exists():
                 js += read_jsonl(path, Judgement)

@@ -44,7 +44,7 @@ from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import read_json, read_jsonl
 from pipeline.core.records import Generation
 from pipeline.core.types import ChatRequest, EndpointConfig
-from pipeline.llm.client import cache_key, effective_max_tokens
+from pipeline.llm.client import cache_key, effective_max_tokens, read_wall
 from pipeline.stages.common import (
     agreement_stage,
     context,
@@ -295,7 +295,10 @@ def measured(path: Path) -> Measured | None:
     sent = int(raw.get("requests_sent") or 0)
     if sent <= 0:
         return None
-    return Measured(sent, int(raw.get("output_tokens") or 0), float(raw.get("wall_s") or 0.0))
+    wall = read_wall(path)  # run state: a stage run in this workspace (or an older usage file)
+    if wall is None:
+        wall = float(raw.get("wall_s") or 0.0)
+    return Measured(sent, int(raw.get("output_tokens") or 0), wall)
 
 
 # ---------------------------------------------------------------- the stages
