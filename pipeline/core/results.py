@@ -32,8 +32,6 @@ from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
 
 Pool: TypeAlias = Literal["mean", "ratio"]
-# The keys that name every result row, in this order; a benchmark adds its own (`group_keys`).
-ROW_KEYS = ("benchmark", "model", "system", "setting", "judge")
 
 
 @dataclass(frozen=True)
@@ -230,6 +228,56 @@ class ResultRow(BaseModel):
             "flags": self.flags,
             **self.extra,
         }
+
+
+# ---------------------------------------------------------------- declarations
+
+RowName: TypeAlias = tuple[str, ...] | Callable[[Mapping[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """How the rows appear in `metrics/<name>.summary.json` (what `dvc metrics show/diff` read):
+    `{group: {name: value}}`, `group` and `name` each the row's fields joined by `/` (or a
+    function of the row). The value is the main metric (`metrics=()`) or `{metric: value}` of
+    the metrics named; rounded to `digits`; a None value is kept unless `keep_none` is False."""
+
+    group: RowName = ("judge",)
+    name: RowName | None = None  # None: system, setting and the group keys
+    metrics: tuple[str, ...] = ()
+    digits: int | None = None
+    keep_none: bool = True
+
+
+@dataclass(frozen=True)
+class RunFields:
+    """What a row's MLflow run shows beside its metrics, counters and keys (all from the row's
+    columns): `params` and `tags` (MLflow name -> column), `metrics` (number columns, None left
+    out), `breakdowns` (columns `by_<part>` = `{group: {metric: value}}`, logged as metrics
+    `<metric>.<part>.<group>`), `section_params` (MLflow name -> a dotted path in the benchmark's
+    params section) and the run's `name` (default: its keys joined by ` / `)."""
+
+    params: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
+    breakdowns: tuple[str, ...] = ()
+    section_params: Mapping[str, str] = field(default_factory=dict)
+    name: Callable[[Mapping[str, Any]], str] | None = None
+
+
+@dataclass(frozen=True)
+class Results:
+    """A benchmark's result rows, declared (beside its `metrics`): the row keys it adds to
+    (model, system, setting, judge), what an ok generation without a judgement is (an error, or
+    counted `n_unjudged`, e.g. a judge that rates a sample), the rows' order, the metrics its DVC
+    plots show (`reports/<name>.points.json`; () writes none), the summary and the MLflow runs."""
+
+    group_keys: tuple[str, ...] = ()
+    unjudged: Literal["error", "count"] = "error"
+    order: Callable[[ResultRow], tuple[Any, ...]] | None = None
+    plotted: tuple[str, ...] = ()
+    summary: Summary = Summary()
+    runs: RunFields = RunFields()
 
 
 # ---------------------------------------------------------------- pooling
@@ -440,6 +488,39 @@ def _unscorable(g: Generation, j: Judgement) -> bool:
     return g.status != "ok" or j.status == "error"
 
 
+def check_declared(benchmark: str, metrics: Sequence[Metric], score: ItemScore, where: str) -> None:
+    """An item score gives every declared metric and no other: a `mean` metric its value in
+    `values` (None: undefined for this item), a `ratio` metric its (numerator, denominator) in
+    `parts` (or None in `values`: undefined). Else a DataError naming the benchmark, the
+    generation's file and line, the item and the key."""
+    declared = {m.name: m for m in metrics}
+
+    def fail(key: str, problem: str) -> DataError:
+        return DataError(
+            f"{benchmark}: the item score {problem}", file=where, item=score.item_id, field=key
+        )
+
+    names = ", ".join(declared)
+    for key in (*score.values, *score.parts):
+        if key not in declared:
+            raise fail(key, f"names the metric {key!r}, which {benchmark} does not declare"
+                            f" (it declares: {names})")  # fmt: skip
+    for m in metrics:
+        if m.pool == "mean":
+            if m.name in score.parts:
+                raise fail(m.name, f"gives parts of {m.name!r}, a mean metric (give its value)")
+            if m.name not in score.values:
+                raise fail(m.name, f"has no value of {m.name!r} (None says it is undefined)")
+        else:
+            if score.values.get(m.name) is not None:
+                raise fail(m.name, f"gives a value of {m.name!r}, a ratio metric (give parts)")
+            if m.name not in score.parts and m.name not in score.values:
+                raise fail(
+                    m.name,
+                    f"has no parts of {m.name!r} (a None value says it is undefined)",
+                )
+
+
 def score_rows(
     benchmark: str,
     metrics: Sequence[Metric],
@@ -512,6 +593,9 @@ def score_rows(
                             c.n_failed_judgements += 1
                     continue
                 outcome = next(scored)
+                if isinstance(outcome, Scored):
+                    for s in outcome.scores:
+                        check_declared(benchmark, metrics, s, jn.where)
             truncated = bool(g.meta.get("truncated"))
             usage = [g.usage, *([j.usage] if j is not None else [])]
             if isinstance(outcome, Scored):

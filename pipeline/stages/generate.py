@@ -135,6 +135,13 @@ def sliced(
 ) -> list[Any]:
     """The dataset cut to a model's own slice (`models.<model>.slice.<benchmark>`)."""
     ids = list(bench.items(dataset))
+    unknown = cut.unknown(ids)
+    if unknown:
+        raise ConfigError(
+            f"models.{model}.slice.{bench.name}.items names no item of {where}: "
+            + ", ".join(map(repr, unknown))
+            + f" ({len(ids)} items, e.g. {', '.join(ids[:3])}; a name before a / takes its group)"
+        )
     keep = set(cut.select(ids))
     if not keep:
         raise ConfigError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,7 +24,15 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_json
-from pipeline.tools.containers import RECIPE_LABEL, find_image, sha256_file
+from pipeline.tools.containers import (
+    ENV_IMAGE_PULL,
+    RECIPE_LABEL,
+    build_image,
+    ensure_base,
+    find_image,
+    image_builder,
+    sha256_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +202,25 @@ def pull(
     return got, how
 
 
+def ensure_image(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    emit: Callable[[str], None] = log.info,
+) -> tuple[str, str]:
+    """The recipe's image on this engine: present, pulled (a registry, then the DVC remote)
+    or built. Returns (image id, how)."""
+    found = find_image(client, rec)
+    if found:
+        return found, "present"
+    if os.environ.get(ENV_IMAGE_PULL) != "0":
+        pulled = pull(root, rec, client=client, emit=emit)
+        if pulled:
+            return pulled
+    return build_image(root, rec, client=client, emit=emit), "built"
+
+
 # ---------------------------------------------------------------- the expected image id
 
 
@@ -244,8 +272,6 @@ def warn_if_unexpected(
 
 
 def _base_id(client: Any, base: str) -> str:
-    from pipeline.tools.containers import ensure_base
-
     return str(ensure_base(client, base).id)
 
 
@@ -259,8 +285,6 @@ def verify(
     """Rebuild the recipe's image from scratch (under a scratch tag) and compare its id with the
     one build/image.refs.json records and with the recipe's image on this engine (pulled or
     built). Raises, naming both ids, when one differs; returns what was compared."""
-    from pipeline.tools.containers import build_image, find_image, image_builder
-
     if image_builder() != "buildah":
         raise LfbenchError(
             "image verify needs the reproducible builder, buildah (apt-get install buildah): "

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import aggregation
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import atomic_write_text, file_digest
 from pipeline.core.lineage import dvc_file_md5, git_info
@@ -396,7 +397,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         doc = _document(root / where)
         if isinstance(doc.get("agreement"), list):
             carded.append((where + " (agreement)", name, doc["agreement"]))
-        section = bench.report_section(doc, where)  # checks the rows the benchmark's way
+        section = aggregation.report_section(bench, doc, where)  # checks the rows its way
         if bench.metrics:  # the declared main metric (pipeline/core/results.py), with its way
             main = bench.metrics[0]
             top += headline(
@@ -408,8 +409,6 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
                 where,
                 main.higher_is_better is not False,
             )
-        elif bench.plotted:  # not declared yet: the first plotted, higher is better
-            top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
         details += [f"## {title}", "", *_models(root, bench, doc["rows"]), *section.lines]
@@ -443,7 +442,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
 def _models(root: Path, bench: Any, rows: list[dict[str, Any]]) -> list[str]:
     """The benchmark's per-model summary (best row with its interval, items, what its stages
     spent), when the stages' usage files are in the workspace."""
-    from pipeline.core.config import load_params
+    from pipeline.core.params import load_params
     from pipeline.stages.aggregate import model_summary, summary_lines
     from pipeline.stages.common import collect_usage
 

@@ -75,14 +75,18 @@ def test_a_combined_row_pools_the_copy_rates() -> None:
 
 
 def test_the_mlflow_run_the_report_and_compare_show_the_flags() -> None:
+    from types import SimpleNamespace
+
     from pipeline.benchmarks._template.benchmark import Template
+    from pipeline.core.aggregation import run_row
     from pipeline.core.markdown import flagged_rows
 
     rows = {r.system: r for r in _rows().rows}
-    run = Template().run_row(rows["base"], [])
+    ctx: Any = SimpleNamespace(section=None)
+    run = run_row(Template(), ctx, rows["base"], [])
     assert run.metrics["copy_rate"] == 0.93 and run.metrics["n_over_context"] == 0
     assert run.tags["lfbench.flags"].startswith("copied: the answers copy their context")
-    quiet = Template().run_row(rows["lead"], [])
+    quiet = run_row(Template(), ctx, rows["lead"], [])
     assert "copy_rate" not in quiet.metrics and "lfbench.flags" not in quiet.tags
 
     flat = [r.flat() for r in rows.values()]
