@@ -32,6 +32,7 @@ from pipeline.core.io import (
     read_json,
     write_json,
 )
+from pipeline.core.markdown import flagged_rows
 from pipeline.stages.common import (
     STAGE_USAGE_KEYS,
     StageUsage,
@@ -206,8 +207,6 @@ def aggregate(
         rows = [r for r in result.metrics.get("rows", []) if r.get("model") in released]
         write_json(released_path, {"rows": rows})
     write_json(summary_path, result.summary)
-    from pipeline.core.markdown import flagged_rows
-
     flagged = flagged_rows(result.metrics.get("rows", []), FLAG_KEYS)
     atomic_write_text(
         report_path,
