@@ -664,13 +664,30 @@ def image_recipe(out: Path, params_path: Path) -> None:
     log.info("image: recipe %s on %s (%s)", rec["tag"], rec["base_image"], out)
 
 
-def _engine_and_recipe() -> tuple[Any, dict[str, Any]]:
+def _engine_and_recipe(params_path: Path = Path("params.yaml")) -> tuple[Any, dict[str, Any]]:
+    """The engine, and the image recipe of this workspace: computed from its files and params
+    as the `image` stage computes it (a fresh clone has no build/image.json before `dvc repro
+    image`; a stale one names another recipe, and says so)."""
     from pipeline.tools import containers
 
     client = containers.docker_client()
     if client is None:
         raise LfbenchError("no Docker engine answers (check DOCKER_HOST or start dockerd)")
-    return client, containers.read_recipe(Path.cwd())
+    root = Path.cwd()
+    rec = containers.recipe(root, load_params(params_path, []).image_base)
+    try:
+        written = containers.read_recipe(root)
+    except LfbenchError:
+        written = None  # not made yet (a fresh clone), or unreadable: the computed one serves
+    if written is not None and written.get("recipe") != rec["recipe"]:
+        log.warning(
+            "%s names recipe %s, but this workspace's files make %s: using the latter (`dvc"
+            " repro image` updates the file)",
+            containers.IMAGE_JSON,
+            str(written.get("tag")),
+            rec["tag"],
+        )
+    return client, rec
 
 
 @image.command("build")
@@ -687,7 +704,12 @@ def image_build(no_cache: bool) -> None:
     found = None if no_cache else containers.find_image(client, rec)
     if found is None:
         found = containers.build_image(root, rec, client=client, nocache=no_cache)
-        if containers.image_builder() == "buildah":
+        # a record of this recipe on this base that names another id stays (it is what
+        # `image verify` checks); the build warned, naming both ids
+        if (
+            containers.image_builder() == "buildah"
+            and image_store.recorded_differs(root, rec, found, client=client) is None
+        ):
             image_store.record_build(root, rec, found, client=client)
             click.echo(f"recorded in {image_store.REFS_JSON}: commit it")
     click.echo(f"{rec['tag']} {found}")

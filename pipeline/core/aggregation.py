@@ -156,6 +156,8 @@ def run_row(
         if k.startswith("n_") and isinstance(v, int | float) and not isinstance(v, bool)
     }
     numbers |= {k: float(flat[k]) for k in decl.metrics if flat[k] is not None}
+    if row.copy_rate is not None:
+        numbers["copy_rate"] = row.copy_rate
     for column in decl.breakdowns:
         part = column.removeprefix("by_")
         for group, cell in flat[column].items():
@@ -171,6 +173,8 @@ def run_row(
     params |= {k: str(_dig(ctx.section, path)) for k, path in decl.section_params.items()}
     tags = {"setting": row.setting, "model.name": row.system, **row.keys}
     tags |= {k: str(flat[c]) for k, c in decl.tags.items()}
+    if row.flags:  # why the row's numbers should not be read as they stand: a tag to filter on
+        tags["lfbench.flags"] = "; ".join(row.flags)
     return RunRow(
         key="|".join(row.key),
         name=decl.name(flat) if decl.name is not None else " / ".join(ident.values()),

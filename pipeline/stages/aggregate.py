@@ -32,6 +32,7 @@ from pipeline.core.io import (
     read_json,
     write_json,
 )
+from pipeline.core.markdown import flagged_rows
 from pipeline.stages.common import (
     STAGE_USAGE_KEYS,
     StageUsage,
@@ -206,8 +207,10 @@ def aggregate(
         rows = [r for r in result.metrics.get("rows", []) if r.get("model") in released]
         write_json(released_path, {"rows": rows})
     write_json(summary_path, result.summary)
+    flagged = flagged_rows(result.metrics.get("rows", []), FLAG_KEYS)
     atomic_write_text(
-        report_path, result.report + "".join(f"\n{s}" for s in not_judged_lines(skipped))
+        report_path,
+        result.report + "".join(f"\n{s}" for s in (*flagged, *not_judged_lines(skipped))),
     )
     if skipped:
         log.info(
@@ -276,6 +279,10 @@ def aggregate(
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
+
+
+# The row keys that name a flagged row in a report, beside system / setting / judge.
+FLAG_KEYS = ("task", "domain", "collection", "mode", "cutoff")
 
 
 def unjudged_pairs(

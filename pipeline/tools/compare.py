@@ -460,8 +460,8 @@ def _compare_runs(
             }
         )
     return {
-        "run_a": {"id": run_a, "name": ra.info.run_name},
-        "run_b": {"id": run_b, "name": rb.info.run_name},
+        "run_a": {"id": run_a, "name": ra.info.run_name, "flags": _flags(ra)},
+        "run_b": {"id": run_b, "name": rb.info.run_name, "flags": _flags(rb)},
         "benchmark": bench_a,
         "params": _diff(ra.data.params, rb.data.params),
         "tags": _diff(tags[0], tags[1]),
@@ -475,6 +475,13 @@ def _compare_runs(
         "seed": seed,
         "note": note,
     }
+
+
+def _flags(run: Any) -> list[str]:
+    """Why a run's numbers should not be read as they stand (its row's flags: copied answers,
+    prompts past the context window, cut answers), from its tag `lfbench.flags`."""
+    tag = run.data.tags.get("lfbench.flags")
+    return [f for f in str(tag).split("; ") if f] if tag else []
 
 
 INTERVAL_BOUNDS = ("_ci_low", "_ci_high")
@@ -517,9 +524,10 @@ def render_text(res: Mapping[str, Any]) -> str:
     lines = [
         f"A: {res['run_a']['id']}  {res['run_a']['name']}",
         f"B: {res['run_b']['id']}  {res['run_b']['name']}",
-        "",
-        "params that differ (A -> B):",
     ]
+    for side in ("a", "b"):
+        lines += [f"  {side.upper()} flagged: {f}" for f in res[f"run_{side}"].get("flags", [])]
+    lines += ["", "params that differ (A -> B):"]
     lines += [f"  {k}: {_f(a)} -> {_f(b)}" for k, (a, b) in res["params"].items()] or ["  none"]
     lines.append("lineage tags that differ (A -> B):")
     lines += [f"  {k}: {_f(a)} -> {_f(b)}" for k, (a, b) in res["tags"].items()] or ["  none"]

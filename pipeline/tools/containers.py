@@ -615,6 +615,10 @@ def build_image(
     found = find_image(client, {**rec, "tag": tag})
     if found is None:
         raise LfbenchError(f"the build of {tag} left no image labelled with recipe {rec['recipe']}")
+    if builder == "buildah":
+        from pipeline.tools.image_store import warn_if_unexpected
+
+        warn_if_unexpected(root, rec, found, "the build", client=client)
     return found
 
 
@@ -643,11 +647,29 @@ def _build_buildah(root: Path, rec: Mapping[str, Any], base_id: str, tag: str) -
         f"SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}",
     ):
         cmd += ["--build-arg", arg]
+    # buildah copies the base from the engine into its own storage (about 150 MB, named
+    # docker.io/library/sha256:<id>) and keeps it: removed after the build unless it was there
+    # before (another build of this machine may be using it)
+    had_base = _buildah_has(base_id)
     try:
         _run_tool([*cmd, str(root)], "buildah build")
         _run_tool(["buildah", "push", "--quiet", work, f"docker-daemon:{tag}"], "buildah push")
     finally:
         subprocess.run(["buildah", "rmi", "--force", work], capture_output=True)
+        if not had_base and _buildah_has(base_id):
+            gone = subprocess.run(["buildah", "rmi", base_id], capture_output=True, text=True)
+            if gone.returncode != 0:
+                log.info("image: buildah kept its copy of the base %s (%s)", base_id[:19],
+                         gone.stderr.strip()[:200])  # fmt: skip
+
+
+def _buildah_has(image_id: str) -> bool:
+    """buildah's storage holds the image of this id (its copy of a base)."""
+    proc = subprocess.run(
+        ["buildah", "images", "--quiet", "--no-trunc", "--all"], capture_output=True, text=True
+    )
+    wanted = image_id.removeprefix("sha256:")
+    return any(line.strip().removeprefix("sha256:") == wanted for line in proc.stdout.splitlines())
 
 
 def _build_classic(

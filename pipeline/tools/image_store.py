@@ -193,13 +193,13 @@ def pull(
     emit: Callable[[str], None] = log.info,
 ) -> tuple[str, str] | None:
     """The recipe's image from the team's stores: a registry first, then the DVC remote."""
-    got = pull_registry(root, rec, client=client)
-    if got:
-        return got, "pulled from the registry"
-    got = pull_dvc(root, rec, client=client, emit=emit)
-    if got:
-        return got, "pulled from the DVC remote"
-    return None
+    got, how = pull_registry(root, rec, client=client), "pulled from the registry"
+    if not got:
+        got, how = pull_dvc(root, rec, client=client, emit=emit), "pulled from the DVC remote"
+    if not got:
+        return None
+    warn_if_unexpected(root, rec, got, f"the image {how}", client=client)
+    return got, how
 
 
 def ensure_image(
@@ -236,6 +236,39 @@ def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: A
         "build": {"image_id": image_id, "base_image": base, "base_id": _base_id(client, base)},
     }
     write_json(root / REFS_JSON, refs)
+
+
+def recorded_differs(
+    root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any
+) -> str | None:
+    """The id build/image.refs.json records for the recipe on this base, when `image_id` (a
+    build's or a pull's) is another one (None: no record for this base, or the same id)."""
+    recorded = read_refs(root).get(str(rec["recipe"]), {}).get("build")
+    if not isinstance(recorded, dict) or not recorded.get("image_id"):
+        return None
+    if recorded.get("base_id") != _base_id(client, str(rec["base_image"])):
+        return None  # recorded on another base (the air-gapped one differs per machine)
+    want = str(recorded["image_id"])
+    return None if want == image_id else want
+
+
+def warn_if_unexpected(
+    root: Path, rec: Mapping[str, Any], image_id: str, how: str, *, client: Any
+) -> None:
+    """One warning, naming both ids, when a build or pull gives another image than the one
+    build/image.refs.json records for this recipe and base."""
+    want = recorded_differs(root, rec, image_id, client=client)
+    if want is not None:
+        log.warning(
+            "image: %s gave %s for recipe %s on base %s, but %s records %s: not the recorded"
+            " image (`lfbench image verify` rebuilds and compares)",
+            how,
+            image_id,
+            rec["tag"],
+            rec["base_image"],
+            REFS_JSON,
+            want,
+        )
 
 
 def _base_id(client: Any, base: str) -> str:

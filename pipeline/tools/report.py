@@ -23,7 +23,7 @@ from pipeline.core import aggregation
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import atomic_write_text, file_digest
 from pipeline.core.lineage import dvc_file_md5, git_info
-from pipeline.core.markdown import fmt, need, table
+from pipeline.core.markdown import flag_cell, flagged_rows, fmt, need, table
 
 
 def _document(path: Path) -> dict[str, Any]:
@@ -202,6 +202,8 @@ def headline(
         lo, hi = r.get(f"{metric}_ci_low"), r.get(f"{metric}_ci_high")
         if lo is not None and hi is not None:
             text += f" [{fmt(float(lo), nd)}, {fmt(float(hi), nd)}]"
+        if r.get("flags"):  # e.g. a base model's copied answers ranked above the baselines
+            text += f" (flagged: {flag_cell(r)})"
         return text
 
     body = []
@@ -410,6 +412,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
         details += [f"## {title}", "", *_models(root, bench, doc["rows"]), *section.lines]
+        details += flagged_rows(doc["rows"], GROUP_KEYS)
         if isinstance(doc.get("not_judged"), list):
             from pipeline.stages.aggregate import not_judged_lines
 

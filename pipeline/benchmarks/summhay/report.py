@@ -237,9 +237,10 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     judge, and the position-sensitivity and best system's plots of each view."""
     from pipeline.benchmarks.summhay import plots
     from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
+    from pipeline.core.results import LATER_COUNTERS
 
     for n, r in enumerate(rows, 1):
-        need(r, ROW_KEYS, where, n)
+        need(r, [k for k in ROW_KEYS if k not in LATER_COUNTERS], where, n)
     body = render(rows, f"{len(rows)} result rows from {where}.")
     # demote the benchmark report's headings one level under the report's section; its image
     # links name files beside reports/summhay.md: the figures come with the section instead
