@@ -203,9 +203,11 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     speeds = read_throughput(project, "summhay-agreement")
     assert {speeds[n].n_judgements for n in ("llm", "llm-batch")} == {n_agree}
     assert all(speeds[n].judgements_per_second for n in ("llm", "llm-batch"))
-    [pair] = [r for r in agreement if r["reference"] not in ("human",)]
-    assert {pair["judge"], pair["reference"]} == {"llm", "llm-batch"}
-    assert pair["n"] == n_verdicts and pair["exact_agreement"] == 1.0  # the same scripted labels
+    # judge vs judge is measured on the released systems' summaries both judges scored: the
+    # agreement stage does not read your own models' judgements (adding a model does not re-run
+    # it), and this run has no released system (tests/benchmarks/summhay/test_agreement.py
+    # checks the pair rows)
+    assert not [r for r in agreement if r["reference"] != "human"]
 
     gen_usage = usage_first
     pi_usage = _usage(project / "judgements/summhay/tiny/llm.usage.json")
