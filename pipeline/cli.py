@@ -14,9 +14,14 @@
     lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
     lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
     lfbench report [--out DIR]             one HTML + markdown report of the current results
+    lfbench audit sample|score             people audit a judge on a run's own outputs: a
+                                           sample of its verdicts to label (MLflow traces, CSV),
+                                           then kappa and a corrected score logged on the run
 
 Every error about bad input is printed as one line naming the file, item and field, and the
-command exits with status 2; a stage whose items partly failed exits with status 3. Output files
+command exits with status 2; a stage whose items partly failed exits with status 3 (so does
+`lfbench score` when a line could not be scored, its output written); a stage stopped by Ctrl-C
+exits with status 130 once the requests in flight are in its journal. Output files
 are checked as the command line is read, before any work. `lfbench <command> --help` works for
 every command and group (`lfbench run --help`, and `lfbench run <stage> --help` for a stage's).
 """
@@ -35,7 +40,7 @@ import click
 
 from pipeline import __version__
 from pipeline.core.config import load_params, load_yaml
-from pipeline.core.errors import LfbenchError, StageFailed
+from pipeline.core.errors import Interrupted, LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,14 +49,47 @@ STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-loc
 log = logging.getLogger("lfbench")
 
 
+ENV_VERBOSE = "LFBENCH_VERBOSE"  # 1: `--verbose` for every lfbench process (dvc repro's stages)
+# The loggers whose INFO lines a user reads: each stage's steps, progress and results.
+OWN_LOGGERS = ("lfbench", "pipeline")
+
+
+class _UserFacing(logging.Filter):
+    """Without `--verbose`: the project's INFO lines, and warnings and errors from anywhere.
+    A library's own chatter (bm25s sets its logger to DEBUG when imported; ONNX Runtime's
+    quantiser logs INFO lines on the root logger) stays out whatever level it chose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        own = record.name.split(".", 1)[0] in OWN_LOGGERS
+        return own and record.levelno >= logging.INFO
+
+
+def verbose_requested(flag: bool) -> bool:
+    """`--verbose`, or LFBENCH_VERBOSE=1 (how a `dvc repro` gets its stages' debug lines)."""
+    return flag or os.environ.get(ENV_VERBOSE, "").strip().lower() in ("1", "true", "yes")
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker", "bm25s"):
+    verbose = verbose_requested(verbose)
+    if verbose:
+        os.environ[ENV_VERBOSE] = "1"  # the stages this process starts (a container too)
+    else:
+        # MLflow logs through its own handler ("Creating initial MLflow database tables..."),
+        # set up when it is imported: its level comes from this variable.
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig: a host that set up logging keeps its own
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+        if not verbose:
+            handler.addFilter(_UserFacing())
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for noisy in ("alembic", "mlflow", "urllib3", "httpx", "httpcore", "openai", "docker"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -97,7 +135,13 @@ def path_option(flag: str, dest: str | None = None) -> Callable[[F], F]:
 
 @click.group()
 @click.version_option(__version__, prog_name="lfbench")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Debug logging, libraries' included (LFBENCH_VERBOSE=1 does the same, also for the"
+    " stages of a dvc repro).",
+)
 def cli(verbose: bool) -> None:
     """lfbench: reproducible long-form RAG benchmarks."""
     _setup_logging(verbose)
@@ -173,8 +217,11 @@ def stage(ctx: click.Context) -> None:
     """Run one pipeline stage in this process (normally called through `lfbench run`)."""
     argv = ctx.meta.get("lfbench.stage_argv") or []
     if ctx.invoked_subcommand and "--help" not in argv:
+        from pipeline.data.verify import data_paths, verify_data
         from pipeline.tools.containers import write_stage_record
 
+        # before anything is written: the raw data it reads must be the pinned bytes
+        verify_data(Path.cwd(), data_paths(Path.cwd(), argv[1:]))
         write_stage_record(Path.cwd(), ctx.invoked_subcommand, argv[1:])
 
 
@@ -409,6 +456,9 @@ def agreement_command(**kwargs: Any) -> None:
     Writes {"rows": [...]}, one row per judge (and per pair of judges with --judgements).
     Runs in this process; `lfbench run agreement` (the DVC stage) picks the runtime.
     """
+    from pipeline.data.verify import data_paths, verify_data
+
+    verify_data(Path.cwd(), data_paths(Path.cwd(), [str(kwargs["labels"])]))
     _run_agreement(**kwargs)
 
 
@@ -453,8 +503,16 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 
     params = load_params(params_path, [])  # the stage validates its own benchmark's section
     root = Path.cwd()
+    # said by the stage that decides (with its one warning); the others follow it quietly
+    decided = containers.remembered(root, containers.read_recipe(root), params.runtime)
     decision, client = _runtime(root, params.runtime)
-    log.info("stage %s: runtime %s (%s)", stage_name, decision["runtime"], decision["why"])
+    log.log(
+        logging.DEBUG if decided else logging.INFO,
+        "stage %s: runtime %s (%s)",
+        stage_name,
+        decision["runtime"],
+        decision["why"],
+    )
     recipe_env = {ENV_IMAGE_RECIPE: str(decision["recipe"])}
     if decision["runtime"] == "local":
         os.environ.update({**git_env(root), **recipe_env, ENV_RUNTIME: "local"})
@@ -653,14 +711,35 @@ def check(params_path: Path, dvc_file: Path) -> None:
     """Validate params.yaml whole (the core and every benchmark section, each by its package),
     and check that each stage of dvc.yaml depends on all the code it runs."""
     from pipeline.core import registry
+    from pipeline.core.config import OpenAIJudge
+    from pipeline.stages.common import applies
     from pipeline.tools import deps
 
     params = load_params(params_path)
     for name in params.benchmarks():
         section = params.section(name, registry.get(name).params_model)
         click.echo(f"{name}: {len(section.models)} models, {len(section.judges)} judges")
+        for judge in section.judges:  # what each LLM judge costs: the models it judges
+            if not isinstance(params.judges[judge], OpenAIJudge):
+                continue
+            judged = [m for m in section.models if applies(params, m, judge)]
+            left = [m for m in section.models if m not in judged]
+            click.echo(
+                f"  LLM judge {judge} judges: {', '.join(judged) or 'none of them'}"
+                + (f"; not (judges.{judge}.models): {', '.join(left)}" if left else "")
+            )
+            if not judged:
+                click.echo(
+                    f"  note: {judge} judges no model of {name} (by default an LLM judge judges"
+                    f" the models with calls): list the ones it should judge in"
+                    f" judges.{judge}.models, or write models: all"
+                )
     click.echo(f"{params_path}: valid")
     root = Path.cwd()
+    from pipeline.stages.plan import context_fit
+
+    for line in context_fit(root, params):  # models that declare their context window
+        click.echo(line)
     stale = [c for c in deps.check(root, dvc_file) if c.uncovered]
     for c in stale:
         click.echo(f"{dvc_file}: stage {c.stage} runs code its deps miss: {', '.join(c.uncovered)}")
@@ -798,15 +877,40 @@ def team_down_command(folder: Path) -> None:
 @click.option("--port", default=5000, show_default=True, type=int)
 def ui(host: str, port: int) -> None:
     """Serve the MLflow UI on the project's store (mlruns/mlflow.db, or $MLFLOW_TRACKING_URI)."""
+    from pipeline.stages.mlflow_store import check_reachable, masked
     from pipeline.stages.tracking import tracking_uri
 
     uri = tracking_uri(Path.cwd())
-    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    if uri.startswith(("http://", "https://")):
+        raise LfbenchError(
+            f"MLFLOW_TRACKING_URI is a tracking server ({masked(uri)}): it serves its own UI;"
+            " open it in a browser (`lfbench ui` serves a database store)"
+        )
+    check_reachable(uri)
+    from pipeline.tools.ui import display_host, prepare_views
+
+    # Not MLflow's GenAI home page: each benchmark's current runs, its main metrics as columns
+    # (a shared view MLflow reads from an experiment tag), and its charts, main metric first.
+    base = f"http://{display_host(host)}:{port}"
+    views = prepare_views(uri, base)
+    # The store URI (and any password in it) reaches mlflow by its environment, never its
+    # command line, which every user of the machine can read (`ps`).
+    os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
+    argv = [sys.executable, "-m", "mlflow", "ui"]
     argv += ["--host", host, "--port", str(port), "--workers", "1"]
-    log.info("MLflow UI on http://%s:%d (store %s); Ctrl-C stops it", host, port, uri)
+    if views:
+        click.echo("Open the runs of each benchmark (current results, main metrics as columns):")
+        for v in views:
+            click.echo(f"  {v.experiment}: {v.runs_url}")
+        click.echo("  (charts of the main metrics: the same link with &compareRunsMode=CHART)")
+    else:
+        click.echo(f"No lfbench results in this store yet (dvc repro logs them): {base}")
+    log.info("MLflow UI on %s (store %s); Ctrl-C stops it", base, masked(uri))
     # No usage reports leave the machine (MLflow's own switches).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
+    sys.stdout.flush()  # the links, before this process becomes mlflow's (a pipe buffers them)
+    sys.stderr.flush()
     os.execv(sys.executable, argv)
 
 
@@ -877,6 +981,113 @@ def report(out: Path, params_path: Path) -> None:
     click.echo(f"wrote {html_path} and {md_path}")
 
 
+@cli.group("audit")
+def audit() -> None:
+    """People audit a judge on a run's own outputs (README: "Auditing the judge")."""
+
+
+@audit.command("sample")
+@click.option("--benchmark", required=True, help="The benchmark (its MLflow experiment).")
+@click.option("--run", "run_id", default=None, help="The run's id (from the UI).")
+@click.option("--model", default=None, help="Or: the model entry or system of the current run.")
+@click.option("--setting", default=None, help="With --model: its setting.")
+@click.option("--judge", "judge_name", default=None, help="With --model: the judge.")
+@click.option("-n", "n", type=click.IntRange(min=2), default=50, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--name", default=None, help="The sample's name (default: from the run's).")
+@click.option("--no-traces", is_flag=True, help="Only the CSV and the sample file.")
+@params_option
+def audit_sample(
+    benchmark: str,
+    run_id: str | None,
+    model: str | None,
+    setting: str | None,
+    judge_name: str | None,
+    n: int,
+    seed: int,
+    name: str | None,
+    no_traces: bool,
+    params_path: Path,
+) -> None:
+    """Draw n of a run's verdicts for a person to label: MLflow traces linked to the run and
+    audits/<sample>.csv; the sample is audits/<sample>.json."""
+    from pipeline.core import registry
+    from pipeline.tools.audit import make_sample
+    from pipeline.tools.compare import find_run
+
+    root = Path.cwd()
+    bench = registry.get(benchmark)
+    params = load_params(params_path, [benchmark])
+    if run_id is None:
+        if model is None:
+            raise click.UsageError("give --run RUN_ID, or --model (with --setting, --judge)")
+        run_id = find_run(root, benchmark, model, setting, judge_name)
+    sample, path = make_sample(root, params, bench, run_id, n, seed, name, traces=not no_traces)
+    traced = sum(1 for u in sample.units if u.trace_id)
+    click.echo(
+        f"sample {sample.sample}: {len(sample.units)} of the {sample.n_units} verdicts of"
+        f" judge {sample.judge} on run {sample.run_name!r} ({sample.run_id})\n"
+        f"  {path}\n  {path.with_suffix('.csv')}  (fill in the label column)\n"
+        f"  {traced} MLflow traces on the run: add a feedback assessment named"
+        f" {sample.scale.name!r} ({' | '.join(sample.scale.labels)}) to each\n"
+        f"then: lfbench audit score --sample {sample.sample}"
+    )
+
+
+@audit.command("score")
+@click.option("--sample", "samples", multiple=True, help="A sample's name (repeatable).")
+@click.option(
+    "--labels",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A filled-in CSV of the sample (its labels win over the UI's).",
+)
+@click.option(
+    "--released",
+    "released",
+    default=None,
+    metavar="BENCHMARK",
+    help="Score the labels people already made on BENCHMARK's released outputs.",
+)
+@click.option("--min-labels", type=click.IntRange(min=2), default=30, show_default=True)
+@click.option("--resamples", type=click.IntRange(min=0), default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@params_option
+def audit_score(
+    samples: tuple[str, ...],
+    labels: Path | None,
+    released: str | None,
+    min_labels: int,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+    params_path: Path,
+) -> None:
+    """Kappa of the judge against the person and the prediction-powered score, per run,
+    logged on the run (audit.*) and written to audits/<sample>.score.json."""
+    from pipeline.tools.audit import load_sample, render, score_released, score_sample
+
+    root = Path.cwd()
+    if not samples and released is None:
+        raise click.UsageError("give --sample NAME (or --released BENCHMARK)")
+    if labels is not None and len(samples) != 1:
+        raise click.UsageError("--labels goes with exactly one --sample")
+    results = []
+    for name in samples:
+        params = load_params(params_path, [load_sample(root, name).benchmark])
+        results.append(score_sample(root, params, name, labels, n_resamples=resamples, seed=seed))
+    if released is not None:
+        params = load_params(params_path, [released])
+        results += score_released(
+            root, params, released, min_labels=min_labels, n_resamples=resamples, seed=seed
+        )
+    if as_json:
+        click.echo(json.dumps(results, indent=2, sort_keys=True))
+    else:
+        click.echo(render(results), nl=False)
+
+
 @cli.command("score")
 @click.option("--benchmark", required=True, help="Whose reference metrics (e.g. crud_rag).")
 @click.option(
@@ -890,12 +1101,18 @@ def report(out: Path, params_path: Path) -> None:
 def score(benchmark: str, src: Path, out: Path) -> None:
     """A benchmark's reference metrics on your own outputs, without the pipeline.
 
-    Each line comes back with "metrics" or, where it cannot be scored, "error"."""
+    Each line comes back with "metrics" or, where it cannot be scored, "error"; when any line
+    has an error the output is written and the command exits with status 3."""
     from pipeline.core import registry
     from pipeline.stages.score import score_file
 
-    scored, errors = score_file(registry.get(benchmark), src, out)
+    scored, errors, first = score_file(registry.get(benchmark), src, out)
     click.echo(f"wrote {out}: {scored} scored, {errors} with an error")
+    if errors:
+        raise StageFailed(
+            f"{errors} of {scored + errors} lines could not be scored (first: {first}); {out} is"
+            ' written, each of them with its "error"'
+        )
 
 
 @cli.group("bench")
@@ -941,6 +1158,9 @@ def main() -> None:
     except StageFailed as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(3)
+    except Interrupted as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(130)
     except LfbenchError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)

@@ -36,6 +36,34 @@ class Mutation:
 
 MUTATIONS = [
     Mutation(
+        "audit-rectifier-sign",
+        "pipeline/metrics/audit.py",
+        "rectifier = hl - fl",
+        "rectifier = fl - hl",
+        "tests/metrics/test_audit.py",
+    ),
+    Mutation(
+        "audit-rectifier-variance-dropped",
+        "pipeline/metrics/audit.py",
+        "se = math.sqrt(_var(f) / big_n + _var(rectifier) / len(hl))",
+        "se = math.sqrt(_var(f) / big_n)",
+        "tests/metrics/test_audit.py",
+    ),
+    Mutation(
+        "audit-sample-not-stratified",
+        "pipeline/metrics/audit.py",
+        "key=lambda i: (stratum_rank[repr(strata[i])], item_rank[repr(items[i])], int(inner[i])),",
+        "key=lambda i: (item_rank[repr(items[i])], int(inner[i])),",
+        "tests/metrics/test_audit.py",
+    ),
+    Mutation(
+        "audit-metrics-in-the-rows-fingerprint",
+        "pipeline/stages/tracking.py",
+        "metrics = {k: v for k, v in run.data.metrics.items() if not k.startswith(AUDIT)}",
+        "metrics = dict(run.data.metrics)",
+        "tests/stages/test_audit.py",
+    ),
+    Mutation(
         "linking-off-by-one",
         "pipeline/benchmarks/summhay/agreement.py",
         "hits.append(1.0 if j.link == r.link else 0.0)",

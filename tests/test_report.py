@@ -366,3 +366,44 @@ def test_report_draws_the_judge_cards(tmp_path: Path) -> None:
     bad = {**paid, "kappa": "high"}
     with pytest.raises(DataError, match=r"file crux.json, item row 1, field card.kappa"):
         _cards(tmp_path, [("crux.json", "crux", [{"model": "ctx", "card": bad}])])
+
+
+def test_report_shows_each_audited_run_beside_the_judges_global_kappa(tmp_path: Path) -> None:
+    """`lfbench audit score` results (audits/*.score.json) in one table, with the judge's kappa
+    against people from metrics/agreement.json beside each run's own."""
+    _write(tmp_path, "summhay.json", ROWS)
+    _write(
+        tmp_path,
+        "agreement.json",
+        [
+            {
+                "benchmark": "summhay",
+                "judge": "j",
+                "reference": "human",
+                "cohen_kappa": 0.49,
+                "cohen_kappa_ci_low": 0.45,
+                "cohen_kappa_ci_high": 0.53,
+            }
+        ],
+    )
+    md = build_report(tmp_path, Path("out"))[1].read_text()
+    assert "Audits by people" not in md  # nothing audited: no section
+    audits = tmp_path / "audits"
+    audits.mkdir()
+    result = {
+        "sample": "s1", "benchmark": "summhay", "run_id": "abc", "run_name": "gpt-4o / oracle",
+        "judge": "j", "metric": "coverage", "labels": "50 of 50 units labelled (mlflow 50)",
+        "audit.n": 50.0, "audit.kappa": 0.31, "audit.kappa_ci_low": 0.12,
+        "audit.kappa_ci_high": 0.5, "audit.judge_mean": 61.0, "audit.coverage_ppi": 55.25,
+        "audit.coverage_ppi_ci_low": 50.0, "audit.coverage_ppi_ci_high": 60.5,
+        "audit.human_mean": 54.0, "audit.human_mean_ci_low": 47.0,
+        "audit.human_mean_ci_high": 61.0,
+    }  # fmt: skip
+    (audits / "s1.score.json").write_text(json.dumps(result))
+    md = build_report(tmp_path, Path("out"))[1].read_text()
+    assert "## Audits by people, per run" in md
+    assert (
+        "| summhay | gpt-4o / oracle | j | 50 | 0.31 [0.12, 0.50] | 0.49 [0.45, 0.53] | coverage"
+        " | 61.0 | 55.2 [50.0, 60.5] | 54.0 [47.0, 61.0] | 50 of 50 units labelled (mlflow 50) |"
+        in md
+    )

@@ -15,8 +15,9 @@ nothing to MLflow. It provides, as a subclass of `Benchmark`:
 - scoring into rows, its report and its MLflow runs (`aggregate` -> `Aggregated`), and its section
   of `lfbench report` (`report_section`);
 - optionally, coverage judging (`coverage`: how the local judge, or a no-model judge of its own,
-  sees an output), agreement with human labels (`agreement`) and training data for the local
-  judge (`judge_training`).
+  sees an output), agreement with human labels (`agreement`), training data for the local
+  judge (`judge_training`) and an audit of a judge by people on a run's outputs (`audit`: a
+  verdict's label scale and what the judge saw).
 
 The stage layer (`pipeline/stages/`) does everything else, the same way for every benchmark:
 file reads and atomic writes, every model call (cache, journal, retries, usage and cost), the one
@@ -513,6 +514,69 @@ class HumanAgreement(ABC, Generic[P, I]):
 
 
 @dataclass(frozen=True)
+class AuditScale:
+    """The labels a person gives one verdict in an audit (the judge's own labels, in order), the
+    value each is worth in the row metric they average to (`metric`: the mean of the values
+    over the row's units, or over its items of their units' mean, is that metric), and one line
+    saying what they mean."""
+
+    name: str  # the assessment's name in MLflow (e.g. "coverage")
+    labels: tuple[str, ...]
+    values: Mapping[str, float]
+    metric: str | None  # None: the verdicts average to none of the row's metrics (kappa only)
+    meaning: str
+    # The metric is a mean over items of each item's mean over its units (a macro average, e.g.
+    # Long²RAG's KPR), not a mean over all units pooled (SummHay's Coverage).
+    per_item: bool = False
+
+
+class Audit(ABC, Generic[P, I]):
+    """People audit a judge's verdicts on a run's own outputs (`lfbench audit`), an optional
+    capability: the benchmark says what a verdict's scale is and how to show what the judge saw;
+    the sampling, the labels (MLflow traces, CSV), kappa and the corrected score are the tool's,
+    the same for every benchmark."""
+
+    @abstractmethod
+    def scale(self, ctx: Context[P]) -> AuditScale: ...
+
+    @abstractmethod
+    def view(self, ctx: Context[P], item: I, generation: Generation, target: str) -> dict[str, str]:
+        """What the judge saw when it gave its verdict on reference unit `target` of
+        `generation`: named texts, shown to the person as they are."""
+
+    def in_row(
+        self, ctx: Context[P], setting: str, item: I, generation: Generation, target: str
+    ) -> bool:
+        """Whether the verdict on `target` of `generation` counts in the result row of this
+        `setting` (of the generation's system and the row's items). Default: the generation's
+        setting is the row's (a benchmark that scores one output under several settings, e.g.
+        CRUX's cut-offs of a ranking, says which units each one holds)."""
+        return generation.setting == setting
+
+    def released(
+        self, ctx: Context[P], labelled: Any, judged: Mapping[str, Any]
+    ) -> list[PriorLabel]:
+        """Labels people already made on released outputs (the `agreement` capability's labelled
+        set, and each judge's labels on it, as the agreement stage has them): an audit of the
+        released systems. None by default."""
+        return []
+
+
+@dataclass(frozen=True)
+class PriorLabel:
+    """A person's label on one unit of a released output, with one judge's on the same unit
+    (None: the judge's verdict was unusable), and the row that output's system belongs to."""
+
+    judge: str
+    system: str
+    setting: str
+    keys: Mapping[str, str]  # the row keys the output fixes (e.g. SummHay's domain)
+    unit: str
+    judge_label: str | None
+    human_label: str
+
+
+@dataclass(frozen=True)
 class TrainingData:
     """Labelled cases for the local judge: what it is trained on, what is held out entirely
     (measured, never seen), and why groups were excluded."""
@@ -567,6 +631,7 @@ class Benchmark(ABC, Generic[P, D, I]):
     coverage: Coverage[Any, Any] | None = None  # coverage judging (the local judge, ...)
     judge_training: JudgeTraining[Any] | None = None
     scorer: Scorer | None = None
+    audit: Audit[Any, Any] | None = None  # people audit a judge on a run (`lfbench audit`)
     construct_files: ClassVar[bool] = False  # construct writes side files (Constructed.files)
     # Headline metrics of its result rows, for DVC plots: the aggregate stage writes
     # reports/<name>.points.json (one point per run: its name and these metrics); () writes none.

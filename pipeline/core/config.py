@@ -160,9 +160,9 @@ class OpenAIModel(EndpointConfig):
     samples: int = Field(default=1, ge=1, description="outputs per item and setting")
     on_truncation: Literal["keep", "retry", "fail"] = Field(
         default="keep",
-        description="an answer the server cut for length (finish_reason: length): keep it,"
-        " flagged and counted; retry once with retry_max_tokens (kept, flagged, if cut again);"
-        " or fail the item",
+        description="an answer the server cut (finish_reason: length, or content_filter): keep"
+        " it, flagged and counted; retry once with retry_max_tokens (a cut for length only;"
+        " kept, flagged, if cut again); or fail the item",
     )
     retry_max_tokens: int | None = Field(
         default=None, ge=1, description="the budget of a retry (default: twice max_tokens)"
@@ -271,6 +271,22 @@ class OpenAIJudge(EndpointConfig):
         " null: json_mode decides (json_object or nothing)",
     )
     repair: bool = Field(default=True, description="one repair call after an unparseable answer")
+    models: list[str] | Literal["all"] | None = Field(
+        default=None,
+        description="the models entries it judges: a list of names, `all` (every model of the"
+        " benchmark: the published systems' released outputs and the baselines too), or null:"
+        " the models with calls (provider openai) only. A pair it does not judge costs nothing"
+        " and is reported as not judged, by choice",
+    )
+
+    @field_validator("models")
+    @classmethod
+    def _models_once(cls, models: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(models, list):
+            if not models:
+                raise ValueError("an empty list judges nothing: list models, or write all")
+            no_repeats(models=models)
+        return models
 
     def endpoint(self) -> EndpointConfig:
         return EndpointConfig.model_validate(
@@ -583,6 +599,14 @@ def validate_params(
                 except ValidationError as e:
                     raise _invalid(path, e, (kind, entry)) from e
     params = params.model_copy(update={"models": models, "judges": judges})
+    for entry, spec in judges.items():
+        for model in spec.models if isinstance(getattr(spec, "models", None), list) else ():
+            if model not in models:
+                raise _problem(
+                    path,
+                    f"judges.{entry}.models",
+                    f"names {model!r}, which is not defined under models",
+                )
     for name, section in sections.items():
         _check_section(registry.get(name), section, params, path)
     if benchmarks is None:

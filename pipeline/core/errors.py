@@ -6,6 +6,9 @@ subtopic or generation id) and the field. The CLI prints these without a traceba
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -52,6 +55,34 @@ class DataError(LfbenchError):
 
 class StageFailed(LfbenchError):
     """A stage finished its work but some items failed; finished items were kept."""
+
+
+class Interrupted(LfbenchError):
+    """Ctrl-C (SIGINT) or SIGTERM stopped a stage's model calls; what finished was kept (the CLI
+    exits 130)."""
+
+
+INTERRUPT_GRACE_ENV = "LFBENCH_INTERRUPT_GRACE_S"
+DEFAULT_INTERRUPT_GRACE_S = 60.0
+
+
+def interrupt_grace_s(environ: Mapping[str, str] | None = None) -> float:
+    """How long a first Ctrl-C lets the requests in flight finish (seconds; 0: abandon them at
+    once): `LFBENCH_INTERRUPT_GRACE_S`, else 60."""
+    env = os.environ if environ is None else environ
+    raw = env.get(INTERRUPT_GRACE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_INTERRUPT_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(
+            f"{INTERRUPT_GRACE_ENV}={raw!r}: not a number of seconds >= 0 (how long a first"
+            " Ctrl-C lets the requests in flight finish)"
+        )
+    return value
 
 
 def format_loc(loc: tuple[int | str, ...]) -> str:

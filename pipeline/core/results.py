@@ -122,7 +122,7 @@ class Counts(BaseModel):
     n_unjudged: int = 0  # no judgement (a policy that counts it, e.g. a judge's sample)
     n_invalid: int = 0  # left out: unusable (the judge's verdicts, or the benchmark's rule)
     n_invalid_verdicts: int = 0  # verdicts the judge could not give (in scored items too)
-    n_truncated: int = 0  # answers the server cut for length, kept and scored (flagged)
+    n_truncated: int = 0  # answers the server cut (length, content filter), kept and scored
     n_excluded: int = 0  # left out by the benchmark's rule, reasons in `excluded`
     excluded: dict[str, int] = Field(default_factory=dict)
     invalid_reasons: dict[str, int] = Field(default_factory=dict)  # why, for n_invalid

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The offline fallback of embedding similarities (pipeline.llm.embeddings.embed_local).
 LOCAL_EMBEDDING_MODEL = (
@@ -29,6 +29,11 @@ class EndpointConfig(BaseModel):
     temperature: float = 0.0
     top_p: float | None = None
     max_tokens: int = Field(default=1024, ge=1)
+    # The tokens the served model can hold, prompt and answer together (its trained context,
+    # or less if the server is started with less: llama.cpp's --n_ctx, vLLM's --max-model-len,
+    # Ollama's OLLAMA_CONTEXT_LENGTH). lfbench check and plan name the prompts that do not fit;
+    # a benchmark that can (SummHay's RAG contexts) packs this model's contexts to fit.
+    context_window: int | None = Field(default=None, ge=256)
     seed: int | None = 0
     max_concurrency: int = Field(default=8, ge=1)
     requests_per_minute: float | None = Field(default=None, gt=0)
@@ -37,6 +42,42 @@ class EndpointConfig(BaseModel):
     max_retries: int = Field(default=6, ge=0)
     price_input_per_1m: float = Field(default=0.0, ge=0)
     price_output_per_1m: float = Field(default=0.0, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        check_base_url(url)
+        return url
+
+
+def check_base_url(url: str) -> None:
+    """Refuse a base_url the client cannot send to as meant: not an http(s) URL with a host
+    (`127.0.0.1:8000/v1`, `''`, `ftp://...`), a bad port, a query or fragment (the client appends
+    `/chat/completions`), or a user name or password (never sent: the key comes from the variable
+    `api_key_env` names). The message never repeats the URL's credentials."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https") or "//" not in url:
+        shown = repr(url) if "@" not in url else "(not shown: it has an @)"
+        raise ValueError(f"not an http(s) URL: {shown} (e.g. http://127.0.0.1:8000/v1)")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "has a user name or password (user:password@host): the client sends no credentials"
+            " from a URL; remove them and put the key in the environment variable that"
+            " api_key_env names"
+        )
+    if not parts.hostname:
+        raise ValueError(f"no host in {url!r}; e.g. http://127.0.0.1:8000/v1")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not 0-65535
+    except ValueError:
+        raise ValueError(f"not a valid port in {url!r}") from None
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"has a query or fragment ({url!r}): the client appends /chat/completions to"
+            " base_url, so they would not reach the server as written"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,7 +122,7 @@ class UsageReport(BaseModel):
     output_tokens: int
     cost_usd: float | None  # None: unknown (answers without usage, `usage_missing`), not $0
     wall_s: float
-    truncated: int = 0  # answers the server cut for length (finish_reason: length)
+    truncated: int = 0  # answers the server cut (finish_reason: length, or content_filter)
     cache_corrupt: int = 0  # cache entries that failed their checksum (refused, fetched again)
     waited: int = 0  # answers another worker was fetching (its claim): waited for, not sent
     journal_corrupt: int = 0  # journal lines that failed their checksum (refused, fetched again)

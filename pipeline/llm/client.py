@@ -18,6 +18,7 @@ connection pool (see :class:`_Sender` for why not the OpenAI SDK's request path)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -26,12 +27,17 @@ import os
 import random
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import LfbenchError
+from pipeline.core.errors import (
+    INTERRUPT_GRACE_ENV,
+    Interrupted,
+    LfbenchError,
+    interrupt_grace_s,
+)
 from pipeline.core.io import canonical_json, sha256_text, write_json
 from pipeline.core.types import ChatRequest, ChatResult, EndpointConfig, UsageReport
 from pipeline.llm.cache import CachedAnswer, CacheUnavailable, ResponseCache, backend_for
@@ -65,6 +71,9 @@ BACKOFF_CAP_S = 30.0
 RETRY_AFTER_CAP_S = 60.0
 PROGRESS_LOG_EVERY_S = 10.0
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+# finish_reason of an answer the server cut short: for length (max_tokens, or the context window
+# full), or by its content filter. Such an answer is kept as it came (perhaps empty), flagged.
+CUT_REASONS = frozenset({"length", "content_filter"})
 CACHE_KEY_VERSION = 1
 
 
@@ -187,13 +196,16 @@ class _Secret:
 
 
 class _Retry(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, sent: bool = True) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.sent = sent  # False: the attempt never reached a server (no connection was made)
 
 
 class _Fail(Exception):
-    pass
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @dataclass
@@ -217,6 +229,9 @@ def parse_completion(raw: bytes) -> _Answer:
     except (KeyError, IndexError, TypeError):
         raise _Retry(f"not a chat completion: {_short(repr(raw[:200]))}") from None
     content = message.get("content") if isinstance(message, dict) else None
+    finish = choice.get("finish_reason")
+    if content is None and finish == "content_filter":
+        content = ""  # the filter stopped it before any text: an answer, cut (not retried)
     if not isinstance(content, str):
         refusal = message.get("refusal") if isinstance(message, dict) else None
         if isinstance(refusal, str) and refusal:
@@ -232,7 +247,6 @@ def parse_completion(raw: bytes) -> _Answer:
             isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
             for k in ("prompt_tokens", "completion_tokens")
         )
-    finish = choice.get("finish_reason")
     return _Answer(content, None if finish is None else str(finish), tin, tout, missing)
 
 
@@ -309,28 +323,36 @@ def _make_transport_class() -> Any:
         is the SDK's own `aiohttp` option made leaner for hundreds of requests per second.
         """
 
-        def __init__(self, session: Any, proxy: str | None) -> None:
+        def __init__(self, session: Any, proxy: str | None, deadline: float) -> None:
             self.session = session
             self.proxy = proxy
+            self.deadline = deadline  # timeout_s: the whole attempt, from connecting to the body
 
         async def handle_async_request(self, request: Any) -> Any:
             import aiohttp
 
             timeout = request.extensions.get("timeout", {})
+            sending = True  # until the answer starts: a ValueError before is the client's own
             try:
-                async with self.session.request(
-                    request.method,
-                    str(request.url),
-                    headers=dict(request.headers),
-                    data=request.content or None,
-                    allow_redirects=False,
-                    proxy=self.proxy,
-                    timeout=aiohttp.ClientTimeout(
-                        total=None,
-                        sock_connect=timeout.get("connect"),
-                        sock_read=timeout.get("read"),
-                    ),
-                ) as resp:
+                # One deadline for the attempt: aiohttp's own timeouts time each read, so a
+                # server sending a byte at a time would hold the attempt for ever.
+                async with (
+                    asyncio.timeout(self.deadline),
+                    self.session.request(
+                        request.method,
+                        str(request.url),
+                        headers=dict(request.headers),
+                        data=request.content or None,
+                        allow_redirects=False,
+                        proxy=self.proxy,
+                        timeout=aiohttp.ClientTimeout(
+                            total=None,
+                            sock_connect=timeout.get("connect"),
+                            sock_read=timeout.get("read"),
+                        ),
+                    ) as resp,
+                ):
+                    sending = False
                     body = await resp.read()
                     return httpx2.Response(
                         status_code=resp.status,
@@ -339,9 +361,22 @@ def _make_transport_class() -> Any:
                         request=request,
                     )
             except (TimeoutError, aiohttp.ServerTimeoutError) as e:
-                raise httpx2.ReadTimeout(str(e) or "timed out", request=request) from e
-            except (aiohttp.ClientError, OSError) as e:
-                raise httpx2.ConnectError(f"{type(e).__name__}: {e}", request=request) from e
+                timeout_error = httpx2.ReadTimeout(str(e) or "timed out", request=request)
+                if isinstance(e, aiohttp.ConnectionTimeoutError):
+                    timeout_error.lfbench_unsent = "connect"  # type: ignore[attr-defined]
+                raise timeout_error from e
+            except (aiohttp.ClientError, OSError, ValueError) as e:
+                client_side = isinstance(e, ValueError) and sending
+                if isinstance(e, ValueError) and not (client_side or isinstance(e, OSError)):
+                    raise
+                error = httpx2.ConnectError(f"{type(e).__name__}: {e}", request=request)
+                if isinstance(e, aiohttp.ClientConnectorError):
+                    # no connection was made (refused, DNS, TLS handshake): nothing was sent
+                    error.lfbench_unsent = "connect"  # type: ignore[attr-defined]
+                elif client_side:
+                    # the client refused to build it (an invalid URL, credentials in the URL)
+                    error.lfbench_unsent = "invalid"  # type: ignore[attr-defined]
+                raise error from e
 
     class Client(httpx2.AsyncClient):
         """The SDK's HTTP client: sends straight to the transport (no cookies, auth flows,
@@ -362,11 +397,82 @@ def _http_client(session: Any, proxy: str | None, timeout: float) -> Any:
         _CLASSES = _make_transport_class()
         _NO_PLATFORM_HEADERS = _platform_headers_omitted()
     transport_cls, client_cls = _CLASSES
-    return client_cls(transport=transport_cls(session, proxy), timeout=timeout)
+    return client_cls(transport=transport_cls(session, proxy, timeout), timeout=timeout)
 
 
 _CLASSES: tuple[Any, Any] | None = None
 WORKER_START_GAP_S = 0.002
+
+
+class _Stopped(Exception):
+    """An item not (re)sent because the run was interrupted (after `attempts` attempts)."""
+
+    def __init__(self, attempts: int, sent: int) -> None:
+        super().__init__("interrupted")
+        self.attempts, self.sent = attempts, sent
+
+
+class _Stop:
+    """Ctrl-C (SIGINT) or SIGTERM while requests are out. The first signal starts no new
+    attempt (no new item, no retry) and lets the attempts on the wire finish into the journal
+    and the cache, for at most `grace` seconds; a second signal, or the grace running out,
+    abandons them (their tasks are cancelled). The run then raises `Interrupted`, saying how
+    many finished and were kept."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.requested = False
+        self.abandoned = False
+        self.signal_name = ""
+        self.on_the_wire: set[str] = set()  # requests with an attempt in flight at the signal
+        self.kept: set[str] = set()  # of those, the ones whose answer was journaled
+        self.failed: set[str] = set()  # of those, the ones that ended in an error
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    def signal(self, name: str, wire: set[str], label: str) -> None:
+        loop = asyncio.get_running_loop()
+        if self.requested:
+            log.warning("%s: %s again: abandoning the requests in flight", label, name)
+            self.abandon()
+            return
+        self.requested, self.signal_name, self.on_the_wire = True, name, set(wire)
+        active = len(wire)
+        if active and self.grace > 0:
+            log.warning(
+                "%s: %s: no new request is sent; the %d in flight may finish into the journal"
+                " (up to %g s, %s); %s again abandons them",
+                label,
+                name,
+                active,
+                self.grace,
+                INTERRUPT_GRACE_ENV,
+                "Ctrl-C" if name == "SIGINT" else name,
+            )
+            loop.call_later(self.grace, self.abandon)
+        else:
+            self.abandon()
+
+    def abandon(self) -> None:
+        if self.abandoned:
+            return
+        self.abandoned = True
+        for task in self.tasks:
+            task.cancel()
+
+    def ended(self, key: str, kept: bool) -> None:
+        """A request finished (its answer journaled: `kept`) or failed after the signal."""
+        if key in self.on_the_wire:
+            (self.kept if kept else self.failed).add(key)
+
+    def message(self, label: str, not_sent: int) -> str:
+        kept, failed = len(self.kept), len(self.failed)
+        lost = len(self.on_the_wire) - kept - failed
+        return (
+            f"{label}: interrupted ({self.signal_name}): {kept} of the {len(self.on_the_wire)}"
+            " requests in flight finished and were kept (in the journal and the cache: a re-run"
+            f" does not send them again), {lost} abandoned, {failed} failed; {not_sent} not"
+            " sent. The stage wrote no output: run it again to go on"
+        )
 
 
 class _Sender:
@@ -391,6 +497,8 @@ class _Sender:
         self.endpoint = endpoint
         self.secret = _Secret(api_key)
         self.limiter = limiter if limiter is not None and limiter.active else None
+        self.stop = _Stop(0.0)  # run_chat's, once it sends: after a signal no attempt starts
+        self.wire: set[str] = set()  # cache keys of the requests with an attempt on the wire
         self.rng = random.Random()
         self.url = normalise_base_url(endpoint.base_url) + "/chat/completions"
         c = endpoint.max_concurrency
@@ -444,13 +552,23 @@ class _Sender:
             raw = resp.content
             status = resp.status_code
             headers = resp.headers
-        except openai.APITimeoutError:
+        except openai.APITimeoutError as e:
+            if getattr(e.__cause__, "lfbench_unsent", None) == "connect":
+                raise _Retry(
+                    f"could not connect: no connection within {self.endpoint.timeout_s:g} s",
+                    sent=False,
+                ) from None
             raise _Retry(f"timed out after {self.endpoint.timeout_s:g} s") from None
         except openai.APIConnectionError as e:
             cause = e.__cause__ or e
-            raise _Retry(
-                f"connection error: {type(cause).__name__}: {_short(str(cause))}"
-            ) from None
+            unsent = getattr(cause, "lfbench_unsent", None)
+            detail = f"{type(cause).__name__}: {_short(str(cause))}"
+            if unsent == "invalid":
+                message = f"the client could not send the request: {detail}"
+                raise _Fail(message, sent=False) from None
+            if unsent == "connect":
+                raise _Retry(f"could not connect: {detail}", sent=False) from None
+            raise _Retry(f"connection error: {detail}") from None
         except openai.APIStatusError as e:
             raw = e.response.content
             status = e.response.status_code
@@ -462,26 +580,36 @@ class _Sender:
             raise _Fail(msg)
         return parse_completion(raw)
 
-    async def send(self, request: ChatRequest, key: str) -> tuple[_Answer | None, str | None, int]:
-        """(answer or None, error or None, attempts)."""
+    async def send(
+        self, request: ChatRequest, key: str
+    ) -> tuple[_Answer | None, str | None, int, int]:
+        """(answer or None, error or None, attempts, attempts sent: those that reached a
+        server; one the client could not connect for or refused to build never left it)."""
         max_tokens = effective_max_tokens(self.endpoint, request)
         body = json.dumps(self._kwargs(request, max_tokens), ensure_ascii=False).encode("utf-8")
         estimate = estimate_tokens(request, max_tokens)
-        attempts = 0
+        attempts = sent = 0
         last_error = "not sent"
         while True:
             if self.limiter is not None:
                 await self.limiter.acquire(estimate)
+            if self.stop.requested:  # interrupted: no attempt starts, not even a retry
+                raise _Stopped(attempts, sent)
             attempts += 1
+            self.wire.add(key)
             try:
                 answer = await self._attempt(body)
             except _Retry as e:
+                sent += e.sent
                 if self.limiter is not None:
                     self.limiter.reconcile(estimate, 0)
                 last_error = self.secret.scrub(str(e))
                 retry = attempts - 1
                 if retry >= self.endpoint.max_retries:
-                    return None, f"gave up after {attempts} attempt(s): {last_error}", attempts
+                    error = f"gave up after {attempts} attempt(s): {last_error}"
+                    return None, error, attempts, sent
+                if self.stop.requested:  # interrupted: no retry (nor its wait)
+                    raise _Stopped(attempts, sent) from None
                 delay = backoff_delay(retry, e.retry_after, self.rng)
                 log.debug(
                     "%s: attempt %d failed (%s); retrying in %.2f s",
@@ -493,13 +621,17 @@ class _Sender:
                 await asyncio.sleep(delay)
                 continue
             except _Fail as e:
-                return None, self.secret.scrub(str(e)), attempts
+                return None, self.secret.scrub(str(e)), attempts, sent + e.sent
             except Exception as e:  # noqa: BLE001 - one bad item never fails the run
+                # counted as sent: where it failed is not known, and a count of requests that
+                # may have cost money must not be low
                 msg = self.secret.scrub(f"{type(e).__name__}: {_short(str(e))}")
-                return None, f"unexpected error: {msg}", attempts
+                return None, f"unexpected error: {msg}", attempts, sent + 1
+            finally:
+                self.wire.discard(key)
             if self.limiter is not None:
                 self.limiter.reconcile(estimate, answer.input_tokens + answer.output_tokens)
-            return answer, None, attempts
+            return answer, None, attempts, sent + 1
 
 
 def _short(text: str, n: int = 300) -> str:
@@ -672,19 +804,26 @@ async def run_chat(
                 journal_writer = JournalWriter(journal_path)
             limiter = RateLimiter(endpoint.requests_per_minute, endpoint.tokens_per_minute)
             sender = _Sender(endpoint, api_key, limiter)
+            sender.stop = stop = _Stop(interrupt_grace_s())
             prog = _Progress(label, len(to_send), progress)
-            await _send_all(
-                endpoint,
-                sender,
-                requests,
-                keys,
-                to_send,
-                results,
-                cache,
-                journal_writer,
-                prog,
-                stats=stats,
-            )
+            with _stopped_by_signals(stop, sender, label):
+                await _send_all(
+                    endpoint,
+                    sender,
+                    requests,
+                    keys,
+                    to_send,
+                    results,
+                    cache,
+                    journal_writer,
+                    prog,
+                    stats=stats,
+                )
+            if stop.requested:
+                prog.close()
+                unanswered = sum(1 for i in to_send if results[i] is None)
+                lost = len(stop.on_the_wire) - len(stop.kept) - len(stop.failed)
+                raise Interrupted(stop.message(label, max(0, unanswered - lost)))
             cache_hits += stats["waited"]
         for i in duplicates:
             src = results[first_of[keys[i]]]
@@ -730,7 +869,7 @@ async def run_chat(
         output_tokens=sum(r.output_tokens for r in sent),
         cost_usd=None if missing else sum(c for c in costs if c is not None),
         wall_s=round(time.monotonic() - t0, 3),
-        truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason == "length"),
+        truncated=sum(1 for r in final if r.status == "ok" and r.finish_reason in CUT_REASONS),
         cache_corrupt=cache.corrupt if cache is not None else 0,
         waited=stats["waited"],
         journal_corrupt=journal.corrupt,
@@ -751,6 +890,32 @@ async def run_chat(
         report.wall_s,
     )
     return final, report
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: _Stop, sender: _Sender, label: str) -> Iterator[None]:
+    """While requests are sent, SIGINT and SIGTERM go to `stop` (main thread only; elsewhere
+    signals are left alone); the handlers before are put back after."""
+    import signal
+    import threading
+
+    loop = asyncio.get_running_loop()
+    installed: list[tuple[signal.Signals, Any]] = []
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, stop.signal, sig.name, sender.wire, label)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            installed.append((sig, previous))
+    try:
+        yield
+    finally:
+        for sig, previous in installed:
+            loop.remove_signal_handler(sig)
+            if previous is not None:
+                signal.signal(sig, previous)
 
 
 def _cached(e: JournalEntry) -> CachedAnswer:
@@ -804,7 +969,7 @@ async def _send_all(
 
     async def _waiter() -> None:
         delay = 0.1
-        while remaining and not lost:
+        while remaining and not lost and not stop.requested:
             await asyncio.sleep(delay)
             if not waiting or cache is None:
                 delay = 0.1
@@ -830,7 +995,7 @@ async def _send_all(
         # after another, and the last ones in such a burst would wait (the burst repeats on
         # every round trip). Spread starts keep the round trips apart (<= 0.13 s of ramp-up).
         await asyncio.sleep(slot * WORKER_START_GAP_S)
-        while remaining and not lost:
+        while remaining and not lost and not stop.requested:
             try:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -847,8 +1012,16 @@ async def _send_all(
                     from_cache(i, late)
                     counts["waited"] += 1
                     continue
-            answer, error, attempts = await sender.send(req, ck)
+            try:
+                answer, error, attempts, sent = await sender.send(req, ck)
+            except _Stopped as e:  # interrupted before an attempt: the item stays unanswered
+                if cache is not None and cache.shared:
+                    cache.release([ck])
+                if e.attempts:
+                    stop.ended(ck, kept=False)
+                continue
             if answer is None:
+                stop.ended(ck, kept=False)
                 if cache is not None and cache.shared:
                     cache.release([ck])  # let another worker try it
                 results[i] = ChatResult(
@@ -856,7 +1029,7 @@ async def _send_all(
                     cache_key=ck,
                     status="error",
                     error=error,
-                    requests=attempts,
+                    requests=sent,
                     retries=attempts - 1,
                     source="api",
                 )
@@ -885,6 +1058,7 @@ async def _send_all(
                         endpoint.model,
                     )
                 )
+            stop.ended(ck, kept=True)
             results[i] = _ok(
                 req.key,
                 ck,
@@ -892,7 +1066,7 @@ async def _send_all(
                 answer.finish_reason,
                 answer.input_tokens,
                 answer.output_tokens,
-                requests=attempts,
+                requests=sent,
                 retries=attempts - 1,
                 source="api",
                 cost_usd=None
@@ -904,7 +1078,13 @@ async def _send_all(
             prog.advance(True)
 
     n = min(endpoint.max_concurrency, len(to_send))
-    await asyncio.gather(waiter(), *(worker(slot) for slot in range(n)))
+    stop = sender.stop
+    stop.tasks = [asyncio.create_task(worker(slot)) for slot in range(n)]
+    tasks = [asyncio.create_task(waiter()), *stop.tasks]
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    for outcome in done:  # a worker's own failure (not its cancellation by a second signal)
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            raise outcome
     if lost:
         raise lost[0]
 

@@ -1,8 +1,9 @@
 """Text embeddings: any OpenAI-compatible `/v1/embeddings` endpoint, or the local MiniLM.
 
 `embed_remote` sends the texts (each distinct text once) in batches through the `openai`
-client over HTTP. The client retries 429s (honouring Retry-After), 5xx answers, timeouts and
-dropped connections up to the endpoint's `max_retries`; an answer that is not a list of finite
+client over HTTP (the chat client's transport: `timeout_s` is the deadline of each attempt). The
+client retries 429s (honouring Retry-After), 5xx answers, timeouts and dropped connections up to
+the endpoint's `max_retries`; an answer that is not a list of finite
 vectors of one dimension, one per input, is asked again twice, then it is an error naming the
 endpoint, the model and the batch. Every finished batch is appended to a journal (JSONL,
 flushed and fsync'd, keyed by the SHA-256 of the endpoint, model and text), so a crash or kill
@@ -15,6 +16,7 @@ cost no call. Vectors come back L2-normalised, in input order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -22,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +96,34 @@ def _vectors(resp: Any, n: int) -> list[list[float]]:
     return out
 
 
-def _client(endpoint: EndpointConfig, key: str) -> Any:
+@contextlib.asynccontextmanager
+async def _client(endpoint: EndpointConfig, key: str) -> AsyncIterator[Any]:
+    """The `openai` client over the chat client's HTTP transport: `timeout_s` is the deadline of
+    each attempt, from connecting to the answer's last byte (the SDK's own transport times each
+    read only, so a server sending a byte at a time would hold an attempt for ever)."""
+    import aiohttp
     import openai
 
-    return openai.OpenAI(
-        api_key=key,
-        base_url=normalise_base_url(endpoint.base_url),
-        max_retries=endpoint.max_retries,
-        timeout=endpoint.timeout_s,
+    from pipeline.llm.client import _env_proxy, _http_client
+
+    t = endpoint.timeout_s
+    base = normalise_base_url(endpoint.base_url)
+    session = aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, t), sock_read=t),
+        trust_env=False,
     )
+    client = openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base,
+        max_retries=endpoint.max_retries,
+        timeout=t,
+        http_client=_http_client(session, _env_proxy(base + "/embeddings"), t),
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+        await session.close()
 
 
 def embed_remote(
@@ -125,21 +146,29 @@ def embed_remote(
     hits = sum(1 for k in set(keys) if k in done)
     requests = retries = input_tokens = 0
     if todo:
-        client = _client(endpoint, resolve_api_key(endpoint, label))
+        key = resolve_api_key(endpoint, label)
         journal.parent.mkdir(parents=True, exist_ok=True)
         pending = list(todo.items())
-        with journal.open("a", encoding="utf-8") as f:
-            for start in range(0, len(pending), batch_size):
-                batch = pending[start : start + batch_size]
-                vectors, used, retried = _ask(client, endpoint, [t for _, t in batch], where, start)
-                requests += 1
-                retries += retried
-                input_tokens += used
-                for (k, _), v in zip(batch, vectors, strict=True):
-                    done[k] = v
-                    f.write(json.dumps({"key": k, "vector": v}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+
+        async def send_all() -> tuple[int, int, int]:
+            requests = retries = input_tokens = 0
+            async with _client(endpoint, key) as client:
+                with journal.open("a", encoding="utf-8") as f:
+                    for start in range(0, len(pending), batch_size):
+                        batch = pending[start : start + batch_size]
+                        texts_ = [t for _, t in batch]
+                        vectors, used, retried = await _ask(client, endpoint, texts_, where, start)
+                        requests += 1
+                        retries += retried
+                        input_tokens += used
+                        for (k, _), v in zip(batch, vectors, strict=True):
+                            done[k] = v
+                            f.write(json.dumps({"key": k, "vector": v}) + "\n")
+                        f.flush()
+                        os.fsync(f.fileno())
+            return requests, retries, input_tokens
+
+        requests, retries, input_tokens = asyncio.run(send_all())
         log.info("%s: %d texts embedded in %d requests", where, len(todo), requests)
     report = UsageReport(
         label=label,
@@ -159,7 +188,7 @@ def embed_remote(
     return _normalised([done[k] for k in keys]), report
 
 
-def _ask(
+async def _ask(
     client: Any, endpoint: EndpointConfig, batch: list[str], where: str, start: int
 ) -> tuple[list[list[float]], int, int]:
     import openai
@@ -168,7 +197,8 @@ def _ask(
     retried = 0
     for _ in range(BAD_ANSWER_TRIES):
         try:
-            raw = client.embeddings.with_raw_response.create(model=endpoint.model, input=batch)
+            create = client.embeddings.with_raw_response.create
+            raw = await create(model=endpoint.model, input=batch)
             retried += int(getattr(raw, "retries_taken", 0) or 0)
             resp = raw.parse()
         except openai.APIStatusError as e:

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
+from pipeline.core.progress import Ticker
 from pipeline.local_judge import encoder_onnx
 
 ENCODER_ID = (
@@ -144,6 +145,7 @@ class Embedder:
             missing = {k: t for k, t in missing.items() if k not in hits}
         todo = sorted(missing.items(), key=lambda kv: kv[0])
         parts = [todo[i : i + self.chunk] for i in range(0, len(todo), self.chunk)]
+        ticker = Ticker(log, "embedding", len(todo), "texts")
         for part, vecs in zip(
             parts,
             _encode_parts([[t for _, t in p] for p in parts], self.model_dir),
@@ -154,6 +156,7 @@ class Embedder:
             self.computed += len(new)
             if self.cache is not None:
                 self.cache.put_many(new)
+            ticker.advance(len(new))
         if not keys:
             return np.zeros((0, DIM), dtype=np.float32)
         return np.stack([self.memory[k] for k in keys])

@@ -70,12 +70,14 @@ Another onnxruntime version is another model key, vectors and cache key: re-chec
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import math
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
@@ -373,6 +375,30 @@ def model_key(directory: Path) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
+log = logging.getLogger(__name__)
+
+
+class _QuantiserChatter(logging.Filter):
+    """ONNX Runtime's quantiser logs on the root logger: an INFO line per tensor it leaves alone
+    and a warning advising pre-processing (for image models; this graph is built already
+    optimised). Both are moved to this module's DEBUG lines (`--verbose` shows them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        log.debug("onnxruntime quantiser: %s", record.getMessage())
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_quantiser() -> Iterator[None]:
+    root = logging.getLogger()
+    chatter = _QuantiserChatter()
+    root.addFilter(chatter)
+    try:
+        yield
+    finally:
+        root.removeFilter(chatter)
+
+
 def build(directory: Path, out: Path, *, int8: bool = True) -> Path:
     """Write the (int8, else float32) model of `directory` to `out`, atomically."""
     import onnx
@@ -391,15 +417,16 @@ def build(directory: Path, out: Path, *, int8: bool = True) -> Path:
                 for n in model.graph.node
                 if n.op_type == "MatMul" and n.name.endswith((".qk/MatMul", ".pv/MatMul"))
             ]
-            quantize_dynamic(
-                fp32,
-                q,
-                op_types_to_quantize=["MatMul"],
-                nodes_to_exclude=attention,  # integer-valued float64 products: kept
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                reduce_range=True,
-            )
+            with _quiet_quantiser():
+                quantize_dynamic(
+                    fp32,
+                    q,
+                    op_types_to_quantize=["MatMul"],
+                    nodes_to_exclude=attention,  # integer-valued float64 products: kept
+                    weight_type=QuantType.QInt8,
+                    per_channel=True,
+                    reduce_range=True,
+                )
             # re-serialise deterministically (the quantiser's protobuf maps may be unordered)
             data = onnx.load(str(q)).SerializeToString(deterministic=True)
         else:

@@ -41,6 +41,7 @@ from pipeline.stages.common import (
     generate_stage,
     joined_sha,
     judge_stage,
+    not_judged,
     prompt_shas,
     read_dataset,
     read_runs,
@@ -163,14 +164,30 @@ def aggregate(
     track: bool = True,
     agreement_path: Path | None = None,
 ) -> list[RunRow]:
+    if track:
+        from pipeline.stages.mlflow_store import preflight
+
+        preflight(root)  # an MLflow store that is not there fails the stage now, in one line
     ctx = context(bench, params, root)
     section = ctx.section
     dataset = read_dataset(bench, dataset_path)
     runs = read_runs(params, section.models, section.judges, generations_dir, judgements_dir)
     result = bench.aggregate(ctx, dataset, runs)
-    write_json(metrics_path, result.metrics)
+    skipped = unjudged_pairs(params, section.models, section.judges)
+    written = {**result.metrics, "not_judged": skipped} if skipped else result.metrics
+    write_json(metrics_path, written)
     write_json(summary_path, result.summary)
-    atomic_write_text(report_path, result.report)
+    atomic_write_text(
+        report_path, result.report + "".join(f"\n{s}" for s in not_judged_lines(skipped))
+    )
+    if skipped:
+        log.info(
+            "%s: %d (model, judge) pairs not judged, by choice (%s: not_judged): %s",
+            bench.name,
+            len(skipped),
+            metrics_path,
+            ", ".join(f"{p['model']} x {p['judge']}" for p in skipped),
+        )
     for name, data in result.figures.items():
         atomic_write_bytes(report_path.parent / name, data)
     if bench.plotted:
@@ -229,6 +246,38 @@ def aggregate(
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
+
+
+def unjudged_pairs(
+    params: Params, models: Sequence[str], judges: Sequence[str]
+) -> list[dict[str, str]]:
+    """The (model, judge) pairs of a section that are not judged, by design or by choice, with
+    why (`not_judged`): no row comes from them, and the metrics file says so."""
+    out = []
+    for model in models:
+        for judge in judges:
+            why = not_judged(params, model, judge)
+            if why is not None:
+                out.append({"model": model, "judge": judge, "reason": why})
+    return out
+
+
+def not_judged_lines(pairs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The pairs not judged, as a report section (none: no section)."""
+    from pipeline.core.markdown import table
+
+    if not pairs:
+        return []
+    body = [[str(p.get("model")), str(p.get("judge")), str(p.get("reason"))] for p in pairs]
+    return [
+        "### Not judged, by choice",
+        "",
+        "These (model, judge) pairs have no rows: their judge stage sent nothing (params.yaml"
+        " decides; an LLM judge judges the models its `models` lists, by default the models"
+        " with calls).",
+        "",
+        *table(["model", "judge", "why"], body),
+    ]
 
 
 def model_summary(

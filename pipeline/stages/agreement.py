@@ -157,6 +157,10 @@ def agreement(
     track: bool = True,
     project_judges: bool = True,
 ) -> list[dict[str, Any]]:
+    if track:
+        from pipeline.stages.mlflow_store import preflight
+
+        preflight(root)  # an MLflow store that is not there fails the stage now, in one line
     ag = capability(bench)
     ctx = context(bench, params, root)
     labelled = ag.load(ctx, ctx.inputs.json(str(labels)), str(labels))

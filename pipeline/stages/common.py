@@ -145,12 +145,38 @@ def read_dataset(bench: AnyBenchmark, path: Path) -> list[BaseModel]:
     return records
 
 
+def not_judged(params: Params, model: str, judge: str) -> str | None:
+    """Why `judge` does not judge `model`'s outputs, by design or by the user's choice (None: it
+    judges them). Such a pair's judge stage sends nothing and writes no judgements; the
+    aggregate lists it under `not_judged` with this reason.
+
+    - a judge that replays released judgements only knows the released outputs;
+    - an LLM judge judges the models its entry's `models` lists; without a list (the default),
+      the models with calls only: a judge added to a benchmark does not also judge the published
+      systems' thousands of released outputs, or the baselines, unless asked (`models: all`)."""
+    from pipeline.core.config import OpenAIJudge
+
+    spec, mspec = params.judges[judge], params.models[model]
+    if spec.provider == "published" and mspec.provider != "published":
+        return f"{judge} replays released judgements: it only knows the released outputs"
+    if isinstance(spec, OpenAIJudge):
+        if spec.models == "all":
+            return None
+        if isinstance(spec.models, list):
+            if model in spec.models:
+                return None
+            return f"judges.{judge}.models does not list {model}"
+        if mspec.provider != "openai":
+            return (
+                f"an LLM judge judges the models with calls unless judges.{judge}.models lists"
+                f" others ({model} is provider {mspec.provider}; models: all for every model)"
+            )
+    return None
+
+
 def applies(params: Params, model: str, judge: str) -> bool:
-    """A judge that replays released judgements only knows the released outputs."""
-    return not (
-        params.judges[judge].provider == "published"
-        and params.models[model].provider != "published"
-    )
+    """`judge` judges `model`'s outputs (see `not_judged`)."""
+    return not_judged(params, model, judge) is None
 
 
 def read_runs(
@@ -207,7 +233,10 @@ def log_usage(stage: str, report: UsageReport) -> None:
             report.usage_missing,
         )
     if report.items:
-        log.info(
+        # a stage that called no model (the local judge, a baseline) has nothing to say here
+        called = report.requests_sent or report.cache_hits or report.cache_misses
+        log.log(
+            logging.INFO if called or report.journal_hits else logging.DEBUG,
             "%s: %d items, %d requests sent (%d retries), cache %d hits / %d misses, journal %d,"
             " tokens %d in / %d out, %s, %.1f s",
             stage,

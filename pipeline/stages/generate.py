@@ -19,7 +19,13 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_jsonl
 from pipeline.core.records import Generation, Usage
 from pipeline.core.types import ChatResult, UsageReport
-from pipeline.llm.client import cost_usd, resolve_api_key, run_chat_sync, write_usage
+from pipeline.llm.client import (
+    CUT_REASONS,
+    cost_usd,
+    resolve_api_key,
+    run_chat_sync,
+    write_usage,
+)
 from pipeline.stages.common import (
     context,
     finish_llm_stage,
@@ -34,8 +40,13 @@ log = logging.getLogger(__name__)
 
 
 def truncation_cause(r: ChatResult, max_tokens: int) -> str:
-    """Why the server cut an answer for length, in words: `max_tokens`, or (an answer shorter
-    than that) the server's context window, which the prompt and the answer filled."""
+    """Why the server cut an answer, in words: its content filter, `max_tokens`, or (an answer
+    cut for length shorter than that) the server's context window, which the prompt and the
+    answer filled."""
+    if r.finish_reason == "content_filter":
+        if not (r.text or "").strip():
+            return "stopped by the server's content filter before any text"
+        return f"cut by the server's content filter after {r.output_tokens} output tokens"
     if r.output_tokens and r.output_tokens < max_tokens:
         return (
             f"cut for length after {r.output_tokens} output tokens, below max_tokens"
@@ -56,18 +67,21 @@ def record(
 ) -> Generation:
     """The generation record of one planned request and its result: an empty answer or a request
     that failed after the retries is an error (counted by the aggregate, never scored); an answer
-    cut for length is kept and flagged (`meta.truncated`), or an error (`on_truncation: fail`).
-    `first`: the cut answer a retry replaced (its tokens and cost count too)."""
+    the server cut (`finish_reason` length or content_filter) is kept and flagged
+    (`meta.truncated`, the cause in `meta.truncation`), or an error (`on_truncation: fail`, or
+    nothing left of it). `first`: the cut answer a retry replaced (its tokens and cost count
+    too)."""
     retried = first is not None
     ok = r.status == "ok" and bool((r.text or "").strip())
     max_tokens = (spec.retry_max_tokens or 2 * spec.max_tokens) if retried else spec.max_tokens
-    cut = ok and r.finish_reason == "length"
-    error = None if ok else (r.error or "empty answer")
-    if cut and spec.on_truncation == "fail":
-        ok, error = False, f"truncated: {truncation_cause(r, max_tokens)}"
+    cut = r.status == "ok" and r.finish_reason in CUT_REASONS
+    cause = truncation_cause(r, max_tokens) if cut else ""
+    error = None if ok else (r.error or (f"truncated: {cause}" if cut else "empty answer"))
+    if ok and cut and spec.on_truncation == "fail":
+        ok, error = False, f"truncated: {cause}"
     meta = {**p.meta, "finish_reason": r.finish_reason}
     if cut:
-        meta |= {"truncated": True, "truncation": truncation_cause(r, max_tokens)}
+        meta |= {"truncated": True, "truncation": cause}
     if retried:
         meta["retried_max_tokens"] = max_tokens
     tin = r.input_tokens + (first.input_tokens if first else 0)
@@ -196,15 +210,25 @@ def generate(
         truncated = [g for g in gens if g.meta.get("truncated")]
         report = report.model_copy(update={"truncated": len(truncated)})
         if truncated:
-            kept = (
-                "failed (on_truncation: fail)" if spec.on_truncation == "fail" else "kept, flagged"
+            filtered = sum(g.meta.get("finish_reason") == "content_filter" for g in truncated)
+            why = ", ".join(
+                f"{n} {what}"
+                for n, what in (
+                    (len(truncated) - filtered, "for length"),
+                    (filtered, "by the server's content filter"),
+                )
+                if n
             )
+            kept = sum(g.status == "ok" for g in truncated)
             log.warning(
-                "%s: %d of %d answers were cut for length and are %s; first, %s: %s",
+                "%s: %d of %d answers were cut (%s): %d kept, flagged, %d failed%s; first, %s: %s",
                 stage,
                 len(truncated),
                 len(gens),
+                why,
                 kept,
+                len(truncated) - kept,
+                " (on_truncation: fail, or nothing left)" if kept < len(truncated) else "",
                 truncated[0].generation_id,
                 truncated[0].meta["truncation"],
             )

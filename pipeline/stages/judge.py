@@ -5,11 +5,14 @@
 - a coverage judge: the local judge (its trained model file) or a no-model judge the benchmark
   defines, on the benchmark's view of each output (`coverage_case`);
 - a replayed release (`published`): the benchmark's released judgements, for released outputs
-  only (for any other model the stage writes no judgements and the aggregate skips the pair);
+  only;
 - a no-model judge the benchmark defines that is not a coverage judge (e.g. CRUX's `labels`):
   the benchmark's `offline_judgements`.
 
-Outputs whose generation failed are not judged (the aggregate counts them).
+Outputs whose generation failed are not judged (the aggregate counts them). A pair the judge
+does not judge, by design or by choice (`not_judged`: a replayed judge of a new model; an LLM
+judge of a model its entry's `models` leaves out, by default every model without calls), costs
+nothing: the stage writes no judgements and the aggregate lists the pair under `not_judged`.
 """
 
 from __future__ import annotations
@@ -29,12 +32,12 @@ from pipeline.core.records import Generation, Judgement, Usage, Verdict
 from pipeline.core.types import EndpointConfig, UsageReport
 from pipeline.llm.client import cost_usd, resolve_api_key, write_usage
 from pipeline.stages.common import (
-    applies,
     context,
     finish_llm_stage,
     judge_stage,
     llm_paths,
     no_usage,
+    not_judged,
     read_dataset,
     usage_path,
 )
@@ -228,14 +231,9 @@ def judge(
     stage = judge_stage(bench.name, model, judge_name)
     gens = read_jsonl(generations_path, Generation)
     spec = params.judges[judge_name]
-    if not applies(params, model, judge_name):
-        log.warning(
-            "judge %s replays released judgements and does not apply to model %s (provider %s);"
-            " writing no judgements",
-            judge_name,
-            model,
-            params.models[model].provider,
-        )
+    why = not_judged(params, model, judge_name)
+    if why is not None:
+        log.info("%s: not judged, by choice (%s): nothing sent, no judgements written", stage, why)
         write_jsonl(out, [])
         write_usage(usage_path(out), no_usage(stage))
         return 0

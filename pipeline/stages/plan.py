@@ -47,11 +47,11 @@ from pipeline.core.types import ChatRequest, EndpointConfig
 from pipeline.llm.client import cache_key, effective_max_tokens
 from pipeline.stages.common import (
     agreement_stage,
-    applies,
     context,
     generate_stage,
     judge_stage,
     llm_paths,
+    not_judged,
     read_dataset,
     usage_path,
 )
@@ -145,6 +145,8 @@ class StagePlan:
     time_s: float | None = 0.0
     time_basis: str = "no model"
     estimated: bool = False
+    # requests whose prompt and max_tokens exceed the entry's context_window (none declared: 0)
+    over_context: int = 0
     notes: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
@@ -186,7 +188,12 @@ def fill(
     hits = cached_answers(root, stage, real)
     todo = [b for k, b in by_key.items() if k not in hits]
     plan.built, plan.cache_hits, plan.requests = len(by_key), len(hits), len(todo)
-    plan.prompt_tokens = sum(message_tokens(b.request) + b.extra_tokens for b in todo)
+    sizes = [message_tokens(b.request) + b.extra_tokens for b in todo]
+    plan.prompt_tokens = sum(sizes)
+    over = over_window(endpoint, [(b.request, n) for b, n in zip(todo, sizes, strict=True)])
+    plan.over_context = len(over)
+    if over:
+        plan.notes.append(window_note(endpoint, over, len(todo)))
     plan.completion_tokens_max = sum(effective_max_tokens(endpoint, b.request) for b in todo)
     mean = measured.mean_output if measured else None
     plan.completion_tokens_est = None if mean is None else round(mean * len(todo))
@@ -206,6 +213,35 @@ def fill(
         seconds_per_request=seconds_per_request,
     )
     return plan
+
+
+def over_window(
+    endpoint: EndpointConfig, sized: Sequence[tuple[ChatRequest, int]]
+) -> list[tuple[str, int]]:
+    """(request key, prompt + answer tokens) of the requests that do not fit the endpoint's
+    declared `context_window`: the prompt (cl100k_base) and the answer's budget (max_tokens)
+    together exceed it. None declared: none."""
+    window = endpoint.context_window
+    if window is None:
+        return []
+    out = []
+    for request, prompt in sized:
+        need = prompt + effective_max_tokens(endpoint, request)
+        if need > window:
+            out.append((request.key, need))
+    return out
+
+
+def window_note(endpoint: EndpointConfig, over: Sequence[tuple[str, int]], of: int) -> str:
+    """The plan's (and check's) line about the prompts that will not fit."""
+    largest = max(n for _, n in over)
+    shown = ", ".join(k for k, _ in over[:3]) + (", ..." if len(over) > 3 else "")
+    return (
+        f"{len(over)} of {of} requests will not fit the context window"
+        f" ({endpoint.context_window:,} tokens; prompt in cl100k_base + max_tokens, up to"
+        f" {largest:,}): {shown}. A server refuses them (HTTP 400) or, started with a larger"
+        " context than the model was trained for, answers them with nonsense"
+    )
 
 
 def cached_answers(root: Path, stage: str, keys: Sequence[str]) -> dict[str, str]:
@@ -348,6 +384,9 @@ class Planner:
             return plan
         planned = self._planned_generations(self._bench(benchmark), model, spec, dataset_path, data)
         out = self._path(f"generations/{benchmark}/{model}.jsonl")
+        fitted = fitted_note(spec, planned)
+        if fitted:
+            plan.notes.append(fitted)
         return fill(
             plan,
             spec.endpoint(),
@@ -417,8 +456,9 @@ class Planner:
         plan = StagePlan(cmd.name, "judge", benchmark, model, judge, provider=spec.provider)
         if not isinstance(spec, OpenAIJudge):
             return plan
-        if not applies(self.params, model, judge):
-            plan.notes.append("a replayed judge: nothing to judge for this model")
+        why = not_judged(self.params, model, judge)
+        if why is not None:
+            plan.notes.append(f"not judged, by choice: {why}")
             return plan
         bench = self._bench(benchmark)
         gens, extra = self._generations(cmd, plan)
@@ -496,6 +536,72 @@ class Planner:
         return [self.plan(cmd)]
 
 
+def fitted_note(spec: OpenAIModel, planned: Sequence[Any]) -> str | None:
+    """What a benchmark did to fit the model's prompts into its declared context window (SummHay:
+    smaller RAG contexts), from the planned generations' meta."""
+    budgets = sorted({int(p.meta["context_budget"]) for p in planned if "context_budget" in p.meta})
+    if not budgets:
+        return None
+    n = sum(1 for p in planned if "context_budget" in p.meta)
+    span = f"{budgets[0]:,}" if len(budgets) == 1 else f"{budgets[0]:,}-{budgets[-1]:,}"
+    return (
+        f"{n} of {len(planned)} prompts have their documents packed to {span} tokens to fit the"
+        f" context window ({spec.context_window:,} tokens with max_tokens {spec.max_tokens}):"
+        " fewer documents than the benchmark's other models see"
+    )
+
+
+def context_fit(root: Path, params: Params) -> list[str]:
+    """For `lfbench check`: for each generate stage of dvc.yaml whose model entry declares a
+    `context_window`, whether its requests fit, counted as `lfbench plan` counts them (the
+    benchmark's dataset must be built)."""
+    from dvc.repo import Repo
+
+    wanted = {
+        name
+        for name, spec in params.models.items()
+        if isinstance(spec, OpenAIModel) and spec.context_window is not None
+    }
+    if not wanted:
+        return []
+    with Repo(str(root)) as repo:
+        cmds = [
+            StageCmd.parse(getattr(st, "addressing", None) or st.name, st.cmd)
+            for st in repo.index.stages
+            if st.cmd
+        ]
+    planner = Planner(root, params, [], None)
+    lines = []
+    for cmd in cmds:
+        model = cmd.options.get("model", "")
+        if cmd.kind != "generate" or model not in wanted or cmd.options.get("benchmark") is None:
+            continue
+        spec = params.models[model]
+        assert isinstance(spec, OpenAIModel)
+        dataset = cmd.options["dataset"]
+        if not planner._path(dataset).exists():
+            lines.append(
+                f"{cmd.name}: context window not checked: {dataset} is not built yet (`dvc"
+                f" repro {cmd.options['benchmark']}-construct`, no model call by default)"
+            )
+            continue
+        bench = planner._bench(cmd.options["benchmark"])
+        planned = planner._planned_generations(
+            bench, model, spec, dataset, cmd.options.get("data", "")
+        )
+        sized = [(p.request, message_tokens(p.request)) for p in planned]
+        over = over_window(spec.endpoint(), sized)
+        said = (
+            window_note(spec.endpoint(), over, len(sized))
+            if over
+            else f"all {len(sized)} requests fit the context window ({spec.context_window:,}"
+            " tokens)"
+        )
+        fitted = fitted_note(spec, planned)
+        lines.append(f"{cmd.name}: {said}" + (f"; {fitted}" if fitted else ""))
+    return lines
+
+
 # ---------------------------------------------------------------- DVC
 
 
@@ -529,6 +635,7 @@ class Plan:
             "prompt_tokens": sum(r.prompt_tokens for r in self.rows),
             "completion_tokens_max": sum(r.completion_tokens_max for r in self.rows),
             "cost_usd_max": round(sum(r.cost_usd_max for r in self.rows), 6),
+            "over_context": sum(r.over_context for r in self.rows),
             # stages run one after another (DVC runs one stage at a time)
             "time_s": None if any(r.time_s is None for r in est) else round(sum(known), 1),
         }

@@ -2,8 +2,9 @@
 
 Input: JSONL lines `{"id", "generation", "reference"}` (other fields are kept). Output: each line
 back, with `"metrics": {...}` or, where the line cannot be scored (an empty output, a missing
-field), `"error": "..."` and no metrics. The benchmark's `scorer` is the same code its pipeline
-judge uses, so a number here equals the pipeline's for the same texts.
+field), `"error": "..."` and no metrics; as a linter does, the command then exits 3 when any line
+has an error (the output written all the same). The benchmark's `scorer` is the same code its
+pipeline judge uses, so a number here equals the pipeline's for the same texts.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def _line_error(row: Any, where: str) -> str | None:
     return None
 
 
-def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int]:
-    """Scores every line of `src` into `out`; returns (scored, errors).
+def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int, str | None]:
+    """Scores every line of `src` into `out`; returns (scored, errors, the first error).
 
     `out` is checked before any work (a folder or a place that cannot be written is refused,
     nothing is left behind). A line that is not JSON or not UTF-8 stops the run with an error
@@ -59,6 +60,7 @@ def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int]:
         if isinstance(row, dict) and isinstance(row.get("id"), str):
             lines_of.setdefault(row["id"], []).append(n)
     scored = errors = 0
+    first: str | None = None
     written: list[str] = []
     for n, row in rows:
         ident = row.get("id", "?") if isinstance(row, dict) else "?"
@@ -76,6 +78,7 @@ def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int]:
                 problem = f"{where}: {e}"
         if problem is not None:
             errors += 1
+            first = first or problem
             log.warning("%s", problem)
             base = row if isinstance(row, dict) else {"line": row}
             row = {k: v for k, v in base.items() if k != "metrics"} | {"error": problem}
@@ -84,4 +87,4 @@ def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int]:
         atomic_write_text(out, "".join(written))
     except OSError as e:  # after the check: the disk filled, or the folder went away
         raise DataError(f"cannot write: {e.strerror or e}", file=str(out)) from e
-    return scored, errors
+    return scored, errors, first

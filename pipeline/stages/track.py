@@ -48,8 +48,10 @@ def track(benchmark: str, params_path: Path, dvc_file: Path, root: Path) -> Any:
     from pipeline.core import registry
     from pipeline.stages.agreement import log_runs
     from pipeline.stages.common import context
+    from pipeline.stages.mlflow_store import preflight
 
     bench = registry.get(benchmark)
+    preflight(root)  # before the aggregate's work, not after it
     args = stage_args(dvc_file, f"{benchmark}-aggregate")
     if args is None:
         raise ConfigError(f"{dvc_file} has no stage {benchmark}-aggregate")

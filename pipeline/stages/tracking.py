@@ -39,6 +39,14 @@ existed are adopted by the first sync that confirms them, and never retired othe
 
 Every sync, even one that creates nothing, converges the rows it was given: a sync killed
 between making a new run current and superseding the old one is healed by the next.
+
+A run is `lfbench.current=pending` while its sync writes it. A sync stopped then (Ctrl-C, a kill)
+leaves it pending for good, so every sync first deletes the pending runs of its experiment whose
+sync is over (`_clean_abandoned`), and only those: in a SQLite store every one (all syncs hold
+the store's lock for all their writes, so none is in progress); in a server store those of a
+process of this machine that is gone (a pending run records its writer: boot id, PID namespace,
+PID and start time), and any other once it is `PENDING_STALE_S` old (another machine's or
+container's sync writes one run in seconds, not an hour).
 """
 
 from __future__ import annotations
@@ -69,6 +77,9 @@ PRODUCER = "lfbench.producer"
 WORKSPACE = "lfbench.workspace"
 RETIRED = "lfbench.retired"
 SUPERSEDED_BY = "lfbench.superseded_by"
+WRITER = "lfbench.writer"  # the process writing a pending run (see `_writer`)
+# A pending run older than this, whose writer cannot be checked here, is taken as abandoned.
+PENDING_STALE_S = 3600.0
 # Bookkeeping: lineage that may change without changing what a result is (re-tagged as
 # `<tag>.latest`, not re-logged). Also every `dvc.*md5` tag (see `bookkeeping`).
 _VOLATILE = (
@@ -79,6 +90,10 @@ _VOLATILE = (
     "runtime",
     "image.digest",
 )
+# What `lfbench audit` logs on a run (pipeline/tools/audit.py): metrics and tags of this prefix
+# are not the row's result; a new run of an audited row is tagged `audit.pending`.
+AUDIT = "audit."
+AUDIT_PENDING = "audit.pending"
 # Digests of artifacts drawn from several rows (a system's plot across settings): when one
 # changes without the run's own result changing, the artifacts are re-logged into the same run.
 _REFRESHED = ("lfbench.plots_sha",)
@@ -106,6 +121,7 @@ class SyncReport:
     adopted: int = 0  # unchanged runs last confirmed by another workspace (or untagged)
     revived: int = 0  # retired runs whose row is produced again with the same result
     recounted: int = 0  # unchanged runs whose usage counters were re-logged (a stage re-ran)
+    abandoned: int = 0  # pending runs of syncs that stopped half-way (Ctrl-C, kill): deleted
 
 
 @contextlib.contextmanager
@@ -125,10 +141,16 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 
 def _client(root: Path) -> Any:
+    """A client of the project's store, once the store is known to answer (`mlflow_store`:
+    quick failure, bounded retries)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    from pipeline.stages.mlflow_store import bounded_http, check_reachable
+
     uri = tracking_uri(root)
+    bounded_http()
+    check_reachable(uri)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri)
 
@@ -171,6 +193,10 @@ def _open(root: Path, experiment: str) -> tuple[Any, str]:
     (MLflow's schema migrations racing) is retried, not reported as a traceback."""
     from mlflow.exceptions import MlflowException
 
+    from pipeline.core.errors import LfbenchError
+    from pipeline.stages.mlflow_store import scrub
+
+    uri = tracking_uri(root)
     last: Exception | None = None
     for attempt in range(6):
         try:
@@ -179,15 +205,17 @@ def _open(root: Path, experiment: str) -> tuple[Any, str]:
         except MlflowException as e:
             if e.error_code in ("RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
                 raise
+            if uri.startswith(("http://", "https://")):
+                raise  # a server's own retries are done: no migration to wait for
             last = e
         except Exception as e:  # SQLAlchemy's errors while the schema is being made
             if type(e).__module__.split(".")[0] != "sqlalchemy":
                 raise
             last = e
         time.sleep(0.5 * (attempt + 1))
-    raise RuntimeError(
-        f"MLflow store {redact(tracking_uri(root))}: could not open it after 6 tries: {last}"
-    ) from last
+    raise LfbenchError(
+        scrub(f"MLflow store {redact(uri)}: could not open it after 6 tries: {last}", uri)
+    ) from None
 
 
 def _current_runs(client: Any, experiment_id: str) -> list[Any]:
@@ -232,13 +260,16 @@ def stored_fingerprint(run: Any, spec: RunSpec | None = None) -> str:
     and part of the fingerprint). Recognises a run logged under an older fingerprint rule. Given
     the spec it is compared with, the spec's counters are left out of the stored metrics, and a
     tag the spec has and the run lacks (added by a newer lfbench, e.g. `model.entry_sha`) is
-    taken as the spec's (the sync then adds it to the run)."""
+    taken as the spec's (the sync then adds it to the run). A people's audit of the run
+    (`lfbench audit`: `audit.*` metrics and tags) is not part of what the row is."""
     tags = {k: v for k, v in run.data.tags.items() if not k.startswith(("lfbench.", "mlflow."))}
+    tags = {k: v for k, v in tags.items() if not k.startswith(AUDIT)}
     skip: set[str] = set()
     if spec is not None:
         skip = set(spec.counters)
         tags |= {k: v for k, v in spec.tags.items() if k not in run.data.tags}
-    return fingerprint({k: v for k, v in run.data.metrics.items() if k not in skip}, tags)
+    metrics = {k: v for k, v in run.data.metrics.items() if not k.startswith(AUDIT)}
+    return fingerprint({k: v for k, v in metrics.items() if k not in skip}, tags)
 
 
 def workspace_id(root: Path) -> str:
@@ -304,11 +335,16 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str
     if len(set(keys)) != len(keys):
         twice = sorted(k for k in set(keys) if keys.count(k) > 1)
         raise ValueError(f"MLflow experiment {experiment}: {producer} gives rows twice: {twice}")
+    from pipeline.stages.mlflow_store import store_errors
+
     workspace = workspace_id(root)
-    with _store_lock(tracking_uri(root)):
+    uri = tracking_uri(root)
+    with _store_lock(uri), store_errors(uri, f"logging the runs of {producer}"):
         client, exp_id = _open(root, experiment)
+        abandoned = _clean_abandoned(client, exp_id, locked=uri.startswith("sqlite:///"))
         current = _of(producer, _current_runs(client, exp_id))
         report = _sync(client, exp_id, specs, current, producer, workspace)
+        report.abandoned = abandoned
         if report.created:
             current = _of(producer, _current_runs(client, exp_id))  # and a concurrent sync's
         touched = set(keys)
@@ -406,6 +442,7 @@ def _sync(
             PRODUCER: producer,
             WORKSPACE: workspace,
             CURRENT: "pending",  # "true" once complete: a crash leaves no half-made current run
+            WRITER: _writer(),  # a later sync deletes the run if this process stops before
             "mlflow.runName": spec.name,
         }
         # MLflow's own source tags (the UI's Source column and commit link)
@@ -438,7 +475,83 @@ def _sync(
             _set_tag(client, prior.info.run_id, CURRENT, "false")
             _set_tag(client, prior.info.run_id, SUPERSEDED_BY, run_id)
             report.superseded += 1
+            t = prior.data.tags
+            audited = t.get("audit.sample") or t.get("audit.samples") or t.get(AUDIT_PENDING)
+            if audited:
+                # its audit stays with it; `lfbench audit score` checks that the labels still
+                # apply (same judge, same outputs) and computes it on this run
+                _set_tag(client, run_id, AUDIT_PENDING, audited)
     return report
+
+
+def _proc_start(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat), None if it is gone (or
+    there is no /proc): with the PID it names one process of one boot."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _writer() -> str:
+    """This process, as a pending run records it: `boot id/PID namespace/PID/start time`, or
+    "unknown" where /proc does not say (another OS: such runs are judged by age only)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        pidns = str(Path("/proc/self/ns/pid").readlink())
+    except OSError:
+        return "unknown"
+    start = _proc_start(os.getpid())
+    return "unknown" if start is None else f"{boot}/{pidns}/{os.getpid()}/{start}"
+
+
+def _writer_gone(writer: str) -> bool | None:
+    """Whether the process that wrote a pending run has ended: True or False when it ran on this
+    boot of this machine in this PID namespace, None when that cannot be checked from here."""
+    mine = _writer()
+    parts, here = writer.split("/"), mine.split("/")
+    if len(parts) != 4 or len(here) != 4 or parts[:2] != here[:2]:
+        return None
+    pid, start = parts[2], parts[3]
+    return not pid.isdigit() or _proc_start(int(pid)) != start
+
+
+def _clean_abandoned(client: Any, exp_id: str, *, locked: bool) -> int:
+    """Delete the experiment's pending runs whose sync is over (the module docstring says which);
+    `locked`: this sync holds the SQLite store's lock. Returns how many were deleted."""
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.`{CURRENT}` = 'pending'",
+            max_results=1000,
+            page_token=token,
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    now_ms = time.time() * 1000
+    deleted = 0
+    for run in runs:
+        tags = run.data.tags
+        gone = True if locked else _writer_gone(tags.get(WRITER, ""))
+        if gone is None:
+            gone = now_ms - (run.info.start_time or 0) > PENDING_STALE_S * 1000
+        if not gone:
+            continue  # another process's sync is writing it now
+        with contextlib.suppress(Exception):  # another sync cleaned it a moment ago
+            client.delete_run(run.info.run_id)
+            deleted += 1
+            log.info(
+                "row %s: deleted run %s, left pending (%s) by a sync that stopped half-way",
+                tags.get(ROW_KEY),
+                run.info.run_id,
+                run.info.status,
+            )
+    return deleted
 
 
 def _retired_runs(client: Any, exp_id: str, producer: str) -> list[Any]:

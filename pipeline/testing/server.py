@@ -8,7 +8,8 @@ cores. Built on aiohttp.
   by default ``"echo: " + sha256(last user message)[:16]``; ``--script FILE`` (a JSON list of rules
   ``{"match": "<substring of the last user message>", "reply": "...", "status": 400,
   "faults": ["429", "hang"]}``, first match wins; ``status`` answers with that HTTP error,
-  ``faults`` injects those faults on the first attempts of a matching body) or
+  ``faults`` injects those faults on the first attempts of a matching body, ``finish_reason``
+  answers with that reason, e.g. ``content_filter``, and ``"reply": null`` with no content) or
   ``--responder module:function`` (a callable ``(body: dict) -> str``). Token counts are
   ``max(1, chars // 4)`` unless ``--tokenizer`` says otherwise.
 - ``GET /v1/models`` lists one model.
@@ -17,8 +18,9 @@ cores. Built on aiohttp.
   `cl100k` (cl100k_base, as an OpenAI model counts the messages' contents).
 - Faults: with probability ``--fault-rate`` (decided by a seeded hash of the body and the number of
   times that body was seen, so it does not depend on arrival order) one of ``--faults``
-  (``429``, ``500``, ``hang``, ``malformed``, ``truncated``) is injected, at most
-  ``--max-faults-per-request`` times per distinct body.
+  (``429``, ``500``, ``hang``, ``malformed``, ``truncated``, ``drip``) is injected, at most
+  ``--max-faults-per-request`` times per distinct body. ``drip`` sends a valid answer one byte
+  every ``--drip-s`` seconds (default 1): a client that only times each read never gives up.
 - ``--log FILE``: one JSON line per request (flushed), written just before the answer is sent
   (for a hang: when the hang starts): ``time``
   (arrival), ``body_sha256``, ``prompt_head`` (first 200 chars of the last user message), ``model``,
@@ -50,7 +52,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-FAULTS = ("429", "500", "hang", "malformed", "truncated")
+FAULTS = ("429", "500", "hang", "malformed", "truncated", "drip")
 
 Responder = Callable[[dict[str, Any]], str]
 
@@ -90,7 +92,7 @@ def script_responder(rules: list[dict[str, Any]]) -> Responder:
                 if rule.get("status"):
                     raise ScriptedStatus(int(rule["status"]), str(rule.get("reply", "")))
                 if "reply" in rule:
-                    return str(rule["reply"])
+                    return "" if rule["reply"] is None else str(rule["reply"])
                 break
         return default_responder(body)
 
@@ -217,7 +219,9 @@ class Server:
         log: IO[str] | None,
         rules: list[dict[str, Any]] | None = None,
         usage: bool = True,
+        drip_s: float = 1.0,
     ) -> None:
+        self.drip_s = drip_s
         self.responder = responder
         self.usage = usage
         self.rules = rules or []
@@ -227,6 +231,10 @@ class Server:
         self.hang_s = hang_s
         self.log = log
         self.counter = 0
+
+    def _rule(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        text = last_user_message(body)
+        return next((r for r in self.rules if str(r["match"]) in text), None)
 
     def _scripted_faults(self, body: dict[str, Any]) -> list[str]:
         text = last_user_message(body)
@@ -300,22 +308,28 @@ class Server:
             elif not isinstance(body.get("messages"), list) or not body.get("model"):
                 resp = _error(400, "'model' and 'messages' are required")
             else:
+                rule = self._rule(body) or {}
                 try:
                     content = self.responder(body)
                 except ScriptedStatus as e:
                     resp = _error(e.status, e.message)
                 else:
-                    finish = "stop"
+                    finish = str(rule.get("finish_reason", "stop"))
                     limit = body.get("max_tokens")
                     if isinstance(limit, int) and n_tokens(content) > limit:
                         # as a real server does: the answer ends at max_tokens
                         content, finish = cut_to(content, limit), "length"
                     if fault == "truncated":
                         content, finish = content[: len(content) // 2], "length"
-                    resp = web.json_response(self._completion(body, content, finish))
+                    answer = self._completion(body, content, finish)
+                    if "reply" in rule and rule["reply"] is None:  # a message without content
+                        answer["choices"][0]["message"]["content"] = None
+                    resp = web.json_response(answer)
                     record["served"] = True
                     record["prompt_tokens"] = prompt_tokens(body)
                     record["completion_tokens"] = n_tokens(content)
+                    if fault == "drip":
+                        return await self._drip(request, record, resp)
         except asyncio.CancelledError:
             if fault != "hang":
                 record["status"] = 499
@@ -332,6 +346,23 @@ class Server:
         with contextlib.suppress(ConnectionError, RuntimeError, OSError):
             await _send(request, resp)
         return resp
+
+    async def _drip(
+        self, request: web.Request, record: dict[str, Any], resp: web.Response
+    ) -> web.StreamResponse:
+        """A valid answer sent one byte every `drip_s` seconds (logged when it starts)."""
+        data = resp.body if isinstance(resp.body, bytes) else b""
+        record["status"] = resp.status
+        self._log(record)
+        out = web.StreamResponse(status=resp.status, headers={"Content-Type": "application/json"})
+        out.content_length = len(data)
+        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+            await out.prepare(request)
+            for i in range(len(data)):
+                await out.write(data[i : i + 1])
+                await asyncio.sleep(self.drip_s)
+            await out.write_eof()
+        return out
 
     def _injected(self, fault: str | None) -> web.Response | None:
         """The error answer of an injected 429 or 500 (None for any other fault)."""
@@ -420,6 +451,8 @@ class Server:
                 }
             )
             record["served"] = True
+            if fault == "drip":
+                return await self._drip(request, record, resp)
         return await self._answer(request, record, resp)
 
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
@@ -481,6 +514,7 @@ async def serve(args: argparse.Namespace) -> None:
         log=log,
         rules=rules,
         usage=not args.no_usage,
+        drip_s=args.drip_s,
     )
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", server.chat)
@@ -523,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--retry-after", type=float, default=1.0, help="Retry-After of a 429 (s)")
     p.add_argument("--hang-s", type=float, default=30.0)
+    p.add_argument("--drip-s", type=float, default=1.0, help="seconds between a drip's bytes")
     p.add_argument("--max-faults-per-request", type=int, default=2)
     p.add_argument("--log", help="append one JSON line per request to this file")
     p.add_argument("--no-usage", action="store_true", help="answers without a usage object")
@@ -563,6 +598,7 @@ class TestServer:
         startup_timeout_s: float = 30.0,
         usage: bool = True,
         tokenizer: str = "chars",
+        drip_s: float = 1.0,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="lfbench-testserver-")
         tmp = Path(self._tmp.name)
@@ -590,6 +626,8 @@ class TestServer:
             str(retry_after),
             "--hang-s",
             str(hang_s),
+            "--drip-s",
+            str(drip_s),
             "--max-faults-per-request",
             str(max_faults_per_request),
             "--log",
@@ -680,4 +718,8 @@ class TestServer:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the importable module, not as __main__: a responder module that raises
+    # `pipeline.testing.server.ScriptedStatus` must raise the class this server catches.
+    from pipeline.testing.server import main as _main
+
+    _main()

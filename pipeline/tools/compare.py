@@ -34,6 +34,7 @@ _BOOKKEEPING = (
     "lfbench.fingerprint",
     "lfbench.row_key",
     "lfbench.plots_sha",
+    "audit.",  # a people's audit of the run (`lfbench audit`); its figures stay as metrics
 )
 
 
@@ -198,7 +199,26 @@ def _declared(benchmark: str | None) -> tuple[Metric, ...]:
     return tuple(registry.get(benchmark).metrics)
 
 
+def _reading(root: Path) -> Any:
+    """A failure of the store while reading runs: one line, its password masked."""
+    from pipeline.stages.mlflow_store import store_errors
+    from pipeline.stages.tracking import tracking_uri
+
+    return store_errors(tracking_uri(root), "reading its runs")
+
+
 def find_run(
+    root: Path,
+    benchmark: str,
+    name: str,
+    setting: str | None = None,
+    judge: str | None = None,
+) -> str:
+    with _reading(root):
+        return _find_run(root, benchmark, name, setting, judge)
+
+
+def _find_run(
     root: Path,
     benchmark: str,
     name: str,
@@ -248,6 +268,18 @@ def compare_runs(
     seed: int = 0,
     min_items: int = MIN_PAIRED_ITEMS,
 ) -> dict[str, Any]:
+    with _reading(root):
+        return _compare_runs(root, run_a, run_b, resamples, seed, min_items)
+
+
+def _compare_runs(
+    root: Path,
+    run_a: str,
+    run_b: str,
+    resamples: int = 10_000,
+    seed: int = 0,
+    min_items: int = MIN_PAIRED_ITEMS,
+) -> dict[str, Any]:
     from mlflow.exceptions import MlflowException
 
     from pipeline.stages.tracking import _client
@@ -258,6 +290,8 @@ def compare_runs(
         try:
             runs.append(client.get_run(rid))
         except MlflowException as e:
+            if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise  # the store failed: said in one line by `_reading`
             raise LfbenchError(f"MLflow run {rid!r}: not found in the store ({e})") from e
     ra, rb = runs
     tags = [{k: v for k, v in r.data.tags.items() if not k.startswith(_BOOKKEEPING)} for r in runs]

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from pipeline.core.errors import LfbenchError
+from pipeline.core.errors import INTERRUPT_GRACE_ENV, LfbenchError, interrupt_grace_s
 from pipeline.core.io import canonical_json, file_digest, write_json
 from pipeline.core.lineage import (
     ENV_GIT_COMMIT,
@@ -64,6 +65,7 @@ RECIPE_LABEL = "org.lfbench.recipe"
 ENV_DATA_MIRROR = "LFBENCH_DATA_MIRROR"
 ENV_CACHE = "LFBENCH_CACHE_DIR"
 ENV_IMAGE_PULL = "LFBENCH_IMAGE_PULL"  # 0: never pull an image (build it instead)
+ENV_VERBOSE = "LFBENCH_VERBOSE"  # 1: debug logging in the stage, as `lfbench --verbose`
 # What the runner itself sets for a stage; only these LFBENCH_* variables go in.
 RUNNER_VARS = (
     ENV_GIT_COMMIT,
@@ -275,11 +277,12 @@ def container_env(
     """The whole environment of a stage's container (on top of the image's own ENV).
 
     `runner_env` holds what the runner sets (git commit and dirtiness, runtime, image digest);
-    from the caller's `environ` only LFBENCH_DATA_MIRROR, the API-key variables params name and
-    `env_passthrough` are copied, when set. Nothing else crosses (no PATH, HOME, tokens...).
+    from the caller's `environ` only LFBENCH_DATA_MIRROR, LFBENCH_VERBOSE,
+    LFBENCH_INTERRUPT_GRACE_S, the API-key variables params name and `env_passthrough` are
+    copied, when set. Nothing else crosses (no PATH, HOME, tokens...).
     """
     env = {k: v for k, v in runner_env.items() if k in RUNNER_VARS}
-    for name in [ENV_DATA_MIRROR, *allowed_names(raw_params)]:
+    for name in [ENV_DATA_MIRROR, ENV_VERBOSE, INTERRUPT_GRACE_ENV, *allowed_names(raw_params)]:
         if name in environ and name not in env:
             env[name] = environ[name]
     env["HOME"] = "/tmp"
@@ -748,9 +751,20 @@ def run_stage_in_container(
                 result = container.wait()
                 return int(result.get("StatusCode", 1))
             except (KeyboardInterrupt, Terminated):
-                log.warning("stopping container %s", container.short_id)
+                # SIGTERM lets the stage's requests in flight finish into its journal for the
+                # grace time (a second Ctrl-C here kills the container at once)
+                grace = interrupt_grace_s(env)
+                log.warning(
+                    "stopping container %s (up to %g s for the requests in flight; Ctrl-C"
+                    " again kills it)",
+                    container.short_id,
+                    grace,
+                )
+                since = int(time.time())
                 try:
-                    container.stop(timeout=10)
+                    container.stop(timeout=int(grace) + 10)
+                    with contextlib.suppress(Exception):  # what the stage said as it stopped
+                        _write(err, container.logs(stdout=False, stderr=True, since=since))
                 finally:
                     remove_container(client, container.id)
                 raise

@@ -54,6 +54,60 @@ def lineage(root: Path, benchmarks: list[str]) -> dict[str, str]:
     }
 
 
+def _audits(root: Path, kappa: dict[tuple[str, str], str]) -> list[str]:
+    """People's audits of a judge on single runs (`lfbench audit score`, audits/*.score.json),
+    beside the judge's kappa against people measured once (metrics/agreement.json)."""
+    from pipeline.tools.audit import scores
+
+    try:
+        found = scores(root)
+    except (OSError, ValueError, KeyError) as e:
+        raise DataError(f"an audit result cannot be read ({e})", file="audits/") from e
+    if not found:
+        return []
+
+    def ci(r: dict[str, Any], name: str, nd: int) -> str:
+        value = fmt(r.get(name), nd)
+        lo, hi = r.get(f"{name}_ci_low"), r.get(f"{name}_ci_high")
+        return value if lo is None or hi is None else f"{value} [{fmt(lo, nd)}, {fmt(hi, nd)}]"
+
+    body = []
+    for r in found:
+        metric = r.get("metric", "")
+        body.append(
+            [
+                r.get("benchmark", ""),
+                r.get("run_name", ""),
+                r.get("judge", ""),
+                int(r.get("audit.n") or 0),
+                ci(r, "audit.kappa", 2),
+                kappa.get((r.get("benchmark", ""), r.get("judge", "")))
+                or kappa.get(("", r.get("judge", "")))
+                or "-",
+                metric,
+                fmt(r.get("audit.judge_mean"), 1),
+                ci(r, f"audit.{metric}_ppi", 1),
+                ci(r, "audit.human_mean", 1),
+                r.get("labels", ""),
+            ]
+        )
+    head = ["benchmark", "run", "judge", "n", "audit kappa [95% CI]", "judge kappa vs people",
+            "metric", "judge", "corrected [95% CI]", "people alone [95% CI]", "labels"]  # fmt: skip
+    return [
+        "## Audits by people, per run",
+        "",
+        "`lfbench audit`: people's labels on a sample of one run's verdicts (or the labels"
+        " released with the benchmark, on other outputs of the same system and setting). Audit"
+        " kappa: the judge against them on those verdicts, beside its kappa against people"
+        " measured once (metrics/agreement.json). Corrected: the prediction-powered estimate of"
+        " the run's metric (the judge on every verdict, corrected by the mean person-minus-judge"
+        " difference on the labelled ones); people alone: the same labels without the judge.",
+        "",
+        *table(head, body),
+        "",
+    ]
+
+
 def human_kappa(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """Each judge's Cohen's kappa against people (agreement rows with reference "human"), by
     (benchmark, judge) ("" for a row that names no benchmark), formatted with its interval."""
@@ -357,6 +411,10 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
         details += [f"## {title}", "", *_models(root, bench, doc["rows"]), *section.lines]
+        if isinstance(doc.get("not_judged"), list):
+            from pipeline.stages.aggregate import not_judged_lines
+
+            details += not_judged_lines(doc["not_judged"])
         for caption, png in section.figures:
             figs.append((caption, png))
             details += [f"![{caption}]({figure_name(len(figs))})", ""]
@@ -373,6 +431,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     if agreement is not None:
         lines += _agreement(agreement)
     lines += _cards(root, carded)
+    lines += _audits(root, kappa)
     lines += ["## Lineage", ""]
     lines += table(["what", "value"], [[k, f"`{v}`"] for k, v in lineage(root, present).items()])
     return "\n".join(lines).rstrip() + "\n", figs

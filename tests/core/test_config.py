@@ -279,3 +279,69 @@ def test_the_longest_names_still_make_file_names_a_file_system_holds(tmp_path: P
         assert len(f".{path.name}.12345678.tmp".encode()) <= 255
     (journal.parent).mkdir(parents=True)
     journal.with_suffix(".embeddings.jsonl").write_text("", encoding="utf-8")  # it can be made
+
+
+# ---------------------------------------------------------------- base_url (issue 36, point 9)
+
+_ENDPOINT_ENTRIES = """
+models:
+  published: {provider: published}
+  mine: {provider: openai, base_url: %(model_url)s, model: m, api_key_env: null}
+judges:
+  published-gpt-4o: {provider: published}
+  mine-judge: {provider: openai, base_url: %(judge_url)s, model: m, api_key_env: null}
+summhay:
+  models: [published, mine]
+  judges: [published-gpt-4o, mine-judge]
+"""
+GOOD_URL = "http://127.0.0.1:8000/v1"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://user:s3cr3t-pw@127.0.0.1:8000/v1", "a user name or password"),
+        ("https://sk-s3cr3t-pw@api.example.com/v1", "a user name or password"),
+        ("127.0.0.1:8000/v1", "not an http(s) URL"),
+        ("localhost:8000/v1", "not an http(s) URL"),
+        ("''", "not an http(s) URL"),
+        ("ftp://127.0.0.1/v1", "not an http(s) URL"),
+        ("http:///v1", "no host"),
+        ("http://127.0.0.1:99999/v1", "port"),
+        ("'http://127.0.0.1:8000/v1?api-version=1'", "query"),
+    ],
+)
+@pytest.mark.parametrize("where", ["models.mine", "judges.mine-judge"])
+def test_a_base_url_that_is_not_a_plain_http_url_is_refused_naming_the_field(
+    tmp_path: Path, url: str, reason: str, where: str
+) -> None:
+    """A base_url with credentials (the client cannot send them: every request failed as an
+    "unexpected error"), or that is not an http(s) URL with a host, is refused when params are
+    loaded (`lfbench check`, and every stage), naming the field; a password is never echoed."""
+    urls = {"model_url": GOOD_URL, "judge_url": GOOD_URL}
+    urls["model_url" if where == "models.mine" else "judge_url"] = url
+    path = _params_file(tmp_path, _ENDPOINT_ENTRIES % urls)
+    with pytest.raises(ConfigError) as e:
+        load_params(path, benchmarks=["summhay"])
+    message = str(e.value)
+    assert f"{where}.base_url: " in message and reason in message, message
+    assert "s3cr3t" not in message
+    load_params(_params_file(tmp_path, _ENDPOINT_ENTRIES % {"model_url": GOOD_URL,
+                                                            "judge_url": GOOD_URL}))  # fmt: skip
+
+
+def test_lfbench_check_refuses_credentials_in_base_url_without_echoing_them(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    url = "http://user:s3cr3t-pw@127.0.0.1:8000/v1"
+    path = _params_file(tmp_path, _ENDPOINT_ENTRIES % {"model_url": url, "judge_url": GOOD_URL})
+    lfbench = Path(sys.executable).parent / "lfbench"
+    done = subprocess.run(
+        [str(lfbench), "check", "--params", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "models.mine.base_url: " in done.stderr and "api_key_env" in done.stderr
+    assert "s3cr3t" not in done.stdout + done.stderr and "Traceback" not in done.stderr

@@ -72,7 +72,13 @@ def _configure(proj: Path, base_url: str, **judge_extra: Any) -> None:
     }
     params["runtime"] = "local"
     params["judges"]["qg"] = {**endpoint, "model": "tiny-questions", **judge_extra}
-    params["judges"]["asker"] = {**endpoint, "model": "tiny-answers", **judge_extra}
+    # it answers the questions from the baselines' outputs (no model calls): asked for
+    params["judges"]["asker"] = {
+        **endpoint,
+        "model": "tiny-answers",
+        "models": "all",
+        **judge_extra,
+    }
     crud = params["crud_rag"]
     crud.update(
         source="inputs/crud_rag/mine.json",

@@ -79,7 +79,13 @@ def _configure(proj: Path, base_url: str, **judge_extra: Any) -> None:
     params["runtime"] = "local"
     params["judges"]["local"]["train"]["haystacks"] = ["news1"]  # in every judge stage's DAG
     params["judges"]["builder"] = {**endpoint, "model": "tiny-builder", **judge_extra}
-    params["judges"]["rater"] = {**endpoint, "model": "tiny-rater", **judge_extra}
+    # it rates the released retrievers' contexts (no model calls): asked for by name
+    params["judges"]["rater"] = {
+        **endpoint,
+        "model": "tiny-rater",
+        "models": ["crux-contexts"],
+        **judge_extra,
+    }
     params["models"]["crux-contexts"]["retrievers"] = ["zstar", "bm25"]
     crux = params["crux"]
     crux["source"] = "inputs/crux/mine.jsonl"

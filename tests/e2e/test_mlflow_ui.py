@@ -242,6 +242,149 @@ def test_mlflow_ui_shows_runs_metrics_lineage_and_plots(
     print(f"screenshots: {shot} and mlflow-ui-{{runs,metrics,plot}}.png beside it")
 
 
+def test_lfbench_ui_links_each_benchmark_s_runs(ui_server: tuple[str, Path], browser: Any) -> None:
+    """The link `lfbench ui` prints opens the benchmark's current runs in the "Model training"
+    view, sorted by its main metric with its main metrics as columns, and its chart view on
+    them (not MLflow's GenAI home page, nor charts starting at `citation`/`cost_usd`)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, project = ui_server
+    d = browser
+    printed = (project / "ui.log").read_text()
+    link = next(
+        line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("  summhay: ")
+    )
+    assert link.startswith(url + "/#/experiments/") and "viewStateShareKey=lfbench" in link
+    rows = json.loads((project / "metrics/summhay.json").read_text())["rows"]
+    best = max(rows, key=lambda r: r["joint"])
+
+    def body() -> str:
+        return str(d.find_element(By.TAG_NAME, "body").text)
+
+    def wait_text(text: str, timeout: float = 60) -> None:
+        WebDriverWait(d, timeout).until(lambda _: text in body(), f"{text!r} never showed")
+
+    d.get(link)
+    wait_text(f"{len(rows)} matching runs")  # the current runs: one per row
+    wait_text("Sort: joint")
+    page = body()
+    for column in ("joint", "coverage", "citation", "joint_ci_low", "n_items", "cost_usd"):
+        assert column in page.splitlines(), column
+    names = [e.text for e in d.find_elements(By.XPATH, "//a[contains(@href, '/runs/')]")]
+    first = next(n for n in names if " / " in n)
+    assert first.startswith(f"{best['system']} / {best['setting']} / "), (first, best)
+    assert "Welcome to MLflow" not in page and "Information about UI telemetry" not in page
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-lfbench-view.png"))
+
+    d.get(link + "&compareRunsMode=CHART")
+    wait_text("Main metrics (lfbench)")
+    charts = body().split("Main metrics (lfbench)", 1)[1].splitlines()
+    assert [c for c in charts if c in ("joint", "coverage", "citation", "cost_usd")][:3] == [
+        "joint",
+        "coverage",
+        "citation",
+    ]
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-lfbench-charts.png"))
+
+
+def test_an_audit_sample_is_labelled_in_the_trace_view_and_scored_on_its_run(
+    ui_server: tuple[str, Path], browser: Any
+) -> None:
+    """`lfbench audit sample` on a run; Chromium opens one sampled trace and shows what the
+    judge saw, its verdict, the label scale and the Assessments panel where a person adds
+    feedback; labels logged as a person would (HUMAN feedback) are read by `lfbench audit
+    score`, and the run's page shows the new metrics."""
+    import mlflow
+    from mlflow.entities import AssessmentSource, AssessmentSourceType
+    from mlflow.tracking import MlflowClient
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, project = ui_server
+    d = browser
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def body() -> str:
+        return str(d.find_element(By.TAG_NAME, "body").text)
+
+    def wait_text(text: str, timeout: float = 60) -> None:
+        WebDriverWait(d, timeout).until(lambda _: text in body(), f"{text!r} never showed")
+
+    run_id = _run_id(project, "gemini-1.5-pro", "oracle")
+    made = run(
+        ["lfbench", "audit", "sample", "--benchmark", "summhay", "--model", "gemini-1.5-pro",
+         "--setting", "oracle", "--judge", JUDGE, "-n", "12", "--name", "ui-audit"],
+        project,
+    )  # fmt: skip
+    assert "12 MLflow traces on the run" in made.stdout, made.stdout
+    sample = json.loads((project / "audits/ui-audit.json").read_text())
+    assert sample["run_id"] == run_id and len(sample["units"]) == 12
+    csv_lines = (project / "audits/ui-audit.csv").read_text().splitlines()
+    assert csv_lines[0].endswith(",scale,label")
+    uri = f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("summhay").experiment_id
+    before = client.get_run(run_id)
+
+    # The trace view of one unit: the inputs the judge saw, its verdict, the scale.
+    unit = sample["units"][0]
+    d.get(f"{url}/#/experiments/{exp}/traces?selectedEvaluationId={unit['trace_id']}")
+    wait_text(unit["inputs"]["insight"][:50])
+    wait_text("label scale")
+    wait_text("FULL_COVERAGE, PARTIAL_COVERAGE, NO_COVERAGE")
+    wait_text("verdict")
+    assert unit["judge_label"] in body()
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-audit-trace.png"))
+    # The Assessments panel: the judge's verdict as feedback named "coverage", and where a
+    # person adds theirs.
+    WebDriverWait(d, 30).until(
+        lambda _: [b for b in d.find_elements(By.TAG_NAME, "button") if b.text.startswith("Assess")]
+    )
+    next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.startswith("Assess")).click()
+    wait_text("Assessments")
+    wait_text("Add feedback")
+    panel = body()
+    assert "coverage" in panel.splitlines()
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-audit-assessments.png"))
+
+    # A person's labels, logged as the UI logs them: HUMAN feedback named "coverage". They
+    # disagree with the judge on a third of the units (the scale's next label).
+    mlflow.set_tracking_uri(uri)
+    scale = sample["scale"]["labels"]
+    human = {}
+    for k, u in enumerate(sample["units"]):
+        label = u["judge_label"]
+        if k % 3 == 0:
+            label = scale[(scale.index(label) + 1) % len(scale)]
+        human[u["unit"]] = label
+        mlflow.log_feedback(
+            trace_id=u["trace_id"],
+            name="coverage",
+            value=label,
+            source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="tester"),
+        )
+    scored = run(["lfbench", "audit", "score", "--sample", "ui-audit", "--json"], project)
+    (result,) = json.loads(scored.stdout)
+    assert result["run_id"] == run_id and result["audit.n"] == 12
+    assert result["audit.exact_agreement"] == pytest.approx(8 / 12)
+    after = client.get_run(run_id)
+    for key in ("audit.kappa", "audit.n", "audit.coverage_ppi", "audit.coverage_ppi_ci_low"):
+        assert after.data.metrics[key] == pytest.approx(result[key]), key
+    # nothing of the row changed: same metrics and tags but the audit's
+    assert {k: v for k, v in after.data.metrics.items() if not k.startswith("audit.")} == dict(
+        before.data.metrics
+    )
+
+    # The run's page shows them.
+    d.get(f"{url}/#/experiments/{exp}/runs/{run_id}")
+    wait_text("audit.coverage_ppi")
+    lines = body().splitlines()
+    shown = lines[lines.index("audit.coverage_ppi") + 1]
+    assert float(shown) == pytest.approx(result["audit.coverage_ppi"], abs=1e-3)
+    d.save_screenshot(str(ARTIFACTS / "mlflow-ui-audit-run.png"))
+
+
 def _run_id(project: Path, system: str, setting: str, judge: str = JUDGE) -> str:
     """The one current run of (system, setting) scored by `judge` (each judge has its own)."""
     from mlflow.tracking import MlflowClient

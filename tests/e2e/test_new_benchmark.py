@@ -47,7 +47,8 @@ def test_a_benchmark_from_the_template_runs_end_to_end(project: Path, tmp_path: 
         endpoint = {"provider": "openai", "base_url": srv.base_url, "api_key_env": None}
         params["runtime"] = "local"
         params["models"]["toy-llm"] = {**endpoint, "model": "tiny"}
-        params["judges"]["toy-judge"] = {**endpoint, "model": "tiny-judge"}
+        # the baseline `lead` too (an LLM judge judges the models with calls unless asked)
+        params["judges"]["toy-judge"] = {**endpoint, "model": "tiny-judge", "models": "all"}
         params["judges"]["local"]["train"]["haystacks"] = ["news1"]  # a small training run
         params["toy"]["models"] = ["lead", "toy-llm"]
         params["toy"]["judges"] = ["toy-judge", "local"]

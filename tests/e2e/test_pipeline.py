@@ -406,7 +406,10 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
 
 
 def test_malformed_haystack_stops_construct_with_a_named_error(project: Path) -> None:
-    path = project / "data" / "summhay" / "topic_news2.json"
+    """A haystack file that does not parse as one (outside data/: a file of data/ that is not
+    the pinned one is refused before it is read, tests/data/test_verify.py)."""
+    shutil.copytree(project / "data" / "summhay", project / "mine" / "summhay")
+    path = project / "mine" / "summhay" / "topic_news2.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     del data["subtopics"][3]["insights"][1]["insight"]
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -418,17 +421,17 @@ def test_malformed_haystack_stops_construct_with_a_named_error(project: Path) ->
             "--benchmark",
             "summhay",
             "--data",
-            "data/summhay",
+            "mine/summhay",
             "--out",
             "datasets/summhay.jsonl",
         ],
         project,
         check=False,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 2, proc.stderr
     sid = data["subtopics"][3]["subtopic_id"]
     assert (
-        f"error: file data/summhay/topic_news2.json, item subtopic '{sid}' (subtopics[3]), "
+        f"error: file mine/summhay/topic_news2.json, item subtopic '{sid}' (subtopics[3]), "
         "field insights[1].insight: Field required"
     ) in proc.stderr
     assert not (project / "datasets" / "summhay.jsonl").exists()

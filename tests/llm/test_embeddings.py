@@ -116,3 +116,31 @@ def test_the_local_fallback_is_minilm_unit_length() -> None:
     sims = E.cosine_pairs(v[:2], v[1:])
     assert sims[0] == pytest.approx(1.0, abs=1e-6) and sims[1] < 0.9
     assert "not the paper's model" in E.LOCAL_MODEL
+
+
+def test_timeout_s_is_a_deadline_for_each_attempt(tmp_path: Path) -> None:
+    """A server sending its vectors a byte at a time (each read well within timeout_s) is given
+    up on at timeout_s and asked again (issue 36, point 5, for embeddings): the first two
+    attempts of the batch drip (minutes each), the third is served. Before, each read was timed
+    only: the call outlived the test's minute."""
+    import threading
+
+    out: dict[str, object] = {}
+    with TestServer(
+        log_path=tmp_path / "log", cwd=ROOT, faults=["drip"], fault_rate=1.0,
+        max_faults_per_request=2, drip_s=0.2,
+    ) as srv:  # fmt: skip
+        ep = endpoint(srv.base_url, timeout_s=1.0, max_retries=3)
+
+        def call() -> None:
+            out["result"] = E.embed_remote(ep, TEXTS[:2], tmp_path / "j.jsonl", label="t")
+
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        worker.join(60.0)
+        log = srv.log()
+        assert not worker.is_alive(), "a dripping answer held the call past a minute"
+    vectors, report = out["result"]  # type: ignore[misc]
+    assert [r["fault"] for r in log] == ["drip", "drip", None]
+    assert report.retries == 2 and report.requests_sent == 1
+    assert np.allclose(vectors, np.asarray([text_vector(t) for t in TEXTS[:2]]), atol=1e-6)

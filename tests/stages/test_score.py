@@ -24,7 +24,7 @@ def _score(tmp_path: Path, text: str | bytes) -> tuple[int, int, list[dict[str, 
     else:
         src.write_bytes(text)
     out = tmp_path / "scored.jsonl"
-    scored, errors = score_file(registry.get("crud_rag"), src, out)
+    scored, errors, _ = score_file(registry.get("crud_rag"), src, out)
     return scored, errors, [json.loads(x) for x in out.read_text("utf-8").split("\n") if x]
 
 
@@ -113,3 +113,29 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(
         score_file(registry.get("crud_rag"), src, out)
     assert e.value.file == str(out)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no .tmp left behind
+
+
+def test_lfbench_score_exits_non_zero_when_a_line_cannot_be_scored(tmp_path: Path) -> None:
+    """As a linter does: any line with an error makes the exit status 3 (the output is still
+    written, every line back); every line scored, 0. Before the fix it exited 0 either way."""
+    import subprocess
+    import sys
+
+    lfbench = Path(sys.executable).parent / "lfbench"
+    src, out = tmp_path / "mine.jsonl", tmp_path / "scored.jsonl"
+
+    def run(text: str) -> subprocess.CompletedProcess[str]:
+        src.write_text(text, encoding="utf-8")
+        argv = ["score", "--benchmark", "crud_rag", "--input", str(src), "--out", str(out)]
+        return subprocess.run([str(lfbench), *argv], capture_output=True, text=True)
+
+    bad = run(_line(id="a", **GOOD) + _line(id="b", generation="", reference="x"))
+    assert bad.returncode == 3, (bad.returncode, bad.stdout, bad.stderr)
+    assert "1 scored, 1 with an error" in bad.stdout
+    assert "error: 1 of 2 lines could not be scored" in bad.stderr
+    assert "item b (line 2)" in bad.stderr and str(out) in bad.stderr
+    rows = [json.loads(x) for x in out.read_text("utf-8").splitlines()]
+    assert "metrics" in rows[0] and "empty output" in rows[1]["error"]
+
+    good = run(_line(id="a", **GOOD))
+    assert good.returncode == 0 and "1 scored, 0 with an error" in good.stdout, good.stderr

@@ -574,3 +574,198 @@ def test_entry_sha_follows_what_an_entry_answers_not_how_it_is_reached() -> None
         {"slice": {"summhay": {"first": 2}, "long2rag": {"first": 2}}},
     ):
         assert entry_sha(OpenAIModel.model_validate(base | changed), "summhay") != sha, changed
+
+
+# ---------------------------------------------------------------- syncs stopped half-way
+
+# A sync whose writing of one run's artifacts is where it stops: by a real signal to its own
+# process (`kill`: SIGINT or SIGKILL), or by waiting for a file (a sync in progress, `wait`).
+_STOPPED = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from pipeline.stages import tracking
+    root, how, stop_at, flag = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    shift = float(sys.argv[5])
+    real, calls = tracking._log_artifacts, []
+
+    def stopping(client, run_id, artifacts):
+        calls.append(run_id)
+        if len(calls) == stop_at:
+            flag.write_text(run_id)
+            if how == "wait":
+                while not flag.with_suffix(".go").exists():
+                    time.sleep(0.05)
+            else:
+                os.kill(os.getpid(), getattr(signal, how))
+                time.sleep(5)
+        real(client, run_id, artifacts)
+
+    tracking._log_artifacts = stopping
+    specs = [
+        tracking.RunSpec(row_key=f"r{i}", name=f"r{i}", metrics={"joint": i + shift},
+                         params={}, tags={}, artifacts={"row.json": {"i": i}})
+        for i in range(3)
+    ]
+    print(tracking.sync("t", specs, root, producer="b-aggregate"))
+    """
+)
+
+
+def _stopped_sync(
+    root: Path,
+    how: str,
+    flag: Path,
+    stop_at: int = 2,
+    env: dict[str, str] | None = None,
+    shift: float = 0.0,
+) -> subprocess.Popen[str]:
+    """A sync of three rows (joint i + shift) stopped as `_STOPPED` says."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _STOPPED, str(root), how, str(stop_at), str(flag), str(shift)],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _specs3() -> list[RunSpec]:
+    return [
+        RunSpec(
+            row_key=f"r{i}",
+            name=f"r{i}",
+            metrics={"joint": float(i)},
+            params={},
+            tags={},
+            artifacts={"row.json": {"i": i}},
+        )
+        for i in range(3)
+    ]
+
+
+def _pending(client: Any, name: str = "t") -> dict[str, str]:
+    """run id -> status of the experiment's runs still tagged `lfbench.current=pending`."""
+    exp = client.get_experiment_by_name(name)
+    runs = client.search_runs([exp.experiment_id], "tags.`lfbench.current` = 'pending'")
+    return {r.info.run_id: r.info.status for r in runs}
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGKILL"])
+def test_a_sync_stopped_half_way_leaves_no_pending_run_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_name: str
+) -> None:
+    """A sync (a real process, a real SQLite store) stopped by a real signal while it writes a
+    new run leaves that run `lfbench.current=pending` (FINISHED after Ctrl-C, RUNNING after a
+    kill); the next sync deletes it and leaves one current run per row, none pending. Before
+    the fix the pending run stayed for good."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    flag = tmp_path / "stopped"
+    proc = _stopped_sync(tmp_path, signal_name, flag)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and flag.exists(), (proc.returncode, out, err[-2000:])
+    client = _client(tmp_path)
+    left = _pending(client)
+    assert list(left) == [flag.read_text()], left
+    print(f"after {signal_name}: pending run {flag.read_text()}, status {left[flag.read_text()]}")
+
+    again = sync("t", _specs3(), tmp_path, producer="b-aggregate")
+    assert _pending(client) == {}, "the stopped sync's run is still pending"
+    assert again.abandoned == 1
+    assert set(_current_ids(client)) == {"r0", "r1", "r2"}
+    assert client.get_run(flag.read_text()).info.lifecycle_stage == "deleted"
+    assert sync("t", _specs3(), tmp_path, producer="b-aggregate").abandoned == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_server_store_keeps_a_live_syncs_pending_run_and_cleans_a_dead_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workspaces syncing into one MLflow server (a real `mlflow server`; no lock): a sync
+    must not delete the run another workspace's live sync is writing, and must delete one left
+    by a sync that was killed (a process of this machine that is gone), or by another machine's
+    sync (not checkable from here) once it is an hour old."""
+    import requests
+
+    from pipeline.stages import tracking
+
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--default-artifact-root", str(tmp_path / "artifacts")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if requests.get(f"{uri}/health", timeout=10).ok:
+                    break
+            except requests.RequestException:  # not up yet
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "no mlflow server"
+            time.sleep(0.5)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        ws_a, ws_b = tmp_path / "a", tmp_path / "b"
+        ws_a.mkdir(), ws_b.mkdir()
+
+        # A's sync is writing its second run while B syncs the same rows
+        flag = tmp_path / "live"
+        live = _stopped_sync(ws_a, "wait", flag, env={"LFBENCH_WORKSPACE": "A"})
+        while not flag.exists():
+            assert live.poll() is None, live.communicate()
+            time.sleep(0.05)
+        monkeypatch.setenv("LFBENCH_WORKSPACE", "B")
+        b = sync("t", _specs3(), ws_b, producer="b-aggregate")
+        assert list(_pending(client)) == [flag.read_text()], "a live sync's run was deleted"
+        assert b.abandoned == 0
+        flag.with_suffix(".go").touch()
+        _, err = live.communicate(timeout=300)
+        assert live.returncode == 0, err[-2000:]
+        assert _pending(client) == {}
+
+        # A's next sync of changed rows is killed half-way: B's next sync deletes its run
+        killed = tmp_path / "killed"
+        proc = _stopped_sync(
+            ws_a, "SIGKILL", killed, stop_at=1, env={"LFBENCH_WORKSPACE": "A"}, shift=10.0
+        )
+        proc.communicate(timeout=300)
+        assert proc.returncode == -9 and list(_pending(client)) == [killed.read_text()]
+        cleaned = sync("t", _specs3(), ws_b, producer="b-aggregate")
+        assert _pending(client) == {}, "the killed sync's run is still pending"
+        assert cleaned.abandoned == 1
+        assert client.get_run(killed.read_text()).info.lifecycle_stage == "deleted"
+
+        # another machine's pending runs: a fresh one is kept, one an hour old is deleted
+        exp = client.get_experiment_by_name("t").experiment_id
+        other = "0ther-b00t/pid:[1]/4242/77"
+        now_ms = int(time.time() * 1000)
+        fresh, stale = (
+            client.create_run(
+                exp,
+                start_time=start,
+                tags={tracking.CURRENT: "pending", tracking.WRITER: other, tracking.ROW_KEY: "r9"},
+            ).info.run_id
+            for start in (now_ms, now_ms - int(tracking.PENDING_STALE_S * 1000) - 60_000)
+        )
+        aged = sync("t", _specs3(), ws_b, producer="b-aggregate")
+        assert list(_pending(client)) == [fresh] and aged.abandoned == 1
+        assert client.get_run(stale).info.lifecycle_stage == "deleted"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

@@ -120,3 +120,72 @@ def test_structured_output_forms(structured: Any, json_mode: bool, want: Any) ->
     assert response_format(spec, SCHEMA, "p") == want
     # a prompt the benchmark gives no schema for: a plain JSON object (or nothing)
     assert response_format(spec, None, "p") == (None if want is None else {"type": "json_object"})
+
+
+# ---------------------------------------------------------------- cut by a content filter
+
+FILTERED = "- the start of an answer [1]"
+
+
+def _filtered(
+    tmp_path: Path, haystack: dict[str, Any], write: Callable[..., Path], empty: Any, **model: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]], str]:
+    """Subtopic one's answer cut by the server's content filter after some text; subtopic two's
+    before any (`empty`: "" or null content)."""
+    path = write(haystack, "topic_news1.json")
+    script = [
+        {"match": '"subtopic one"', "reply": FILTERED, "finish_reason": "content_filter"},
+        {"match": '"subtopic two"', "reply": empty, "finish_reason": "content_filter"},
+    ]
+    with TestServer(script=script, log_path=tmp_path / "s.log", cwd=ROOT) as srv:
+        failed = ""
+        try:
+            out = generate_tiny(srv.base_url, path.parent, tmp_path, **model)
+        except StageFailed as e:
+            failed, out = str(e), tmp_path / "tiny.jsonl"
+        log = srv.log()
+    gens = [json.loads(line) for line in out.read_text().splitlines()]
+    usage = json.loads(out.with_name("tiny.usage.json").read_text())
+    return sorted(gens, key=lambda g: g["item_id"]), usage, log, failed
+
+
+@pytest.mark.parametrize("empty", ["", None])
+def test_an_answer_cut_by_a_content_filter_is_flagged_and_counted_as_cut(
+    tmp_path: Path,
+    haystack: dict[str, Any],
+    write_haystack: Callable[..., Path],
+    caplog: pytest.LogCaptureFixture,
+    empty: Any,
+) -> None:
+    """`finish_reason: content_filter` is a cut answer, as `length` is (issue 36, point 4): with
+    text, kept and flagged with the cause; without, an error saying the filter stopped it (not
+    "empty answer", no chat-template hint), sent once (not retried); both counted in the usage
+    file's `truncated` and named in the stage's warning. Before: the partial answer passed as
+    whole (not flagged, not counted) and the empty one was an "empty answer"."""
+    caplog.set_level("WARNING")
+    (one, two), usage, log, failed = _filtered(tmp_path, haystack, write_haystack, empty)
+    assert one["status"] == "ok" and one["text"] == FILTERED
+    assert one["meta"]["truncated"] is True and one["meta"]["finish_reason"] == "content_filter"
+    assert "content filter" in one["meta"]["truncation"]
+    assert two["status"] == "error" and "content filter" in two["error"], two
+    assert "empty answer" not in two["error"]
+    assert usage["truncated"] == 2 and usage["requests_sent"] == 2 and len(log) == 2
+    assert "1 item(s) failed" in failed
+    warnings = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "content filter" in warnings and "chat template" not in warnings, warnings
+
+
+def test_on_truncation_applies_to_a_content_filter_cut(
+    tmp_path: Path, haystack: dict[str, Any], write_haystack: Callable[..., Path]
+) -> None:
+    """`fail` fails a filtered answer too; `retry` does not resend it (a larger max_tokens does
+    not change what a filter stops): kept, flagged, sent once."""
+    (one, _), _, _, _ = _filtered(tmp_path, haystack, write_haystack, "", on_truncation="fail")
+    assert one["status"] == "error" and one["error"].startswith("truncated: ")
+    assert "content filter" in one["error"]
+    (tmp_path / "again").mkdir()
+    (one, _), usage, log, _ = _filtered(
+        tmp_path / "again", haystack, write_haystack, "", on_truncation="retry"
+    )
+    assert one["status"] == "ok" and one["meta"]["truncated"] is True
+    assert "retried_max_tokens" not in one["meta"] and len(log) == 2 == usage["requests_sent"]

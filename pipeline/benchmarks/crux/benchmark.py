@@ -22,6 +22,7 @@ from typing import Any
 from pipeline.benchmarks.crux import aggregate as agg
 from pipeline.benchmarks.crux import construction, contexts, derived, judging, layout
 from pipeline.benchmarks.crux.aggregate import Answers, answer_scores, views
+from pipeline.benchmarks.crux.audit import CruxAudit
 from pipeline.benchmarks.crux.params import ContextsModel, CruxParams, LabelsJudge
 from pipeline.benchmarks.crux.report import figures, render, report_section
 from pipeline.benchmarks.crux.schema import Collection, QueryView
@@ -76,6 +77,7 @@ class CruxCoverage(Coverage[CruxParams, QueryView]):
 class Crux(Benchmark[CruxParams, Collection, QueryView]):
     name = "crux"
     coverage = CruxCoverage()
+    audit = CruxAudit()  # people rate a sample of (passage, sub-question) pairs: kappa
     plotted = ("coverage", "alpha_ndcg", "density")
     title = "CRUX"
     version = "1"

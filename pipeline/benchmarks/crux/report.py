@@ -284,9 +284,26 @@ def figures(
         )  # fmt: skip
         ys = list(range(len(shown)))
         taus_ = [t["tau"] for t in shown]
-        lo = [t["tau"] - (t["ci_low"] if t["ci_low"] is not None else t["tau"]) for t in shown]
-        hi = [(t["ci_high"] if t["ci_high"] is not None else t["tau"]) - t["tau"] for t in shown]
-        ax.errorbar(taus_, ys, xerr=[lo, hi], fmt="o", ms=3, capsize=2)
+        lows = [t["ci_low"] if t["ci_low"] is not None else t["tau"] for t in shown]
+        highs = [t["ci_high"] if t["ci_high"] is not None else t["tau"] for t in shown]
+        inside = [lo <= tau <= hi for tau, lo, hi in zip(taus_, lows, highs, strict=True)]
+        # A percentile interval need not hold its point estimate (the per-summarizer tau is a
+        # mean of taus; its resamples can all fall on one side): such a tau is drawn as an x
+        # beside its interval, not as an error bar (which cannot be negative).
+        ins = [i for i, ok in enumerate(inside) if ok]
+        outs = [i for i, ok in enumerate(inside) if not ok]
+        if ins:
+            ax.errorbar(
+                [taus_[i] for i in ins],
+                [ys[i] for i in ins],
+                xerr=[[taus_[i] - lows[i] for i in ins], [highs[i] - taus_[i] for i in ins]],
+                fmt="o",
+                ms=3,
+                capsize=2,
+            )
+        if outs:
+            ax.hlines([ys[i] for i in outs], [lows[i] for i in outs], [highs[i] for i in outs])
+            ax.plot([taus_[i] for i in outs], [ys[i] for i in outs], "x", ms=4, color="C3")
         ax.set_yticks(
             ys,
             [

@@ -33,6 +33,8 @@ from pipeline.benchmarks.long2rag.scoring import length_bucket
 from pipeline.core.benchmark import (
     Aggregated,
     Asker,
+    Audit,
+    AuditScale,
     Benchmark,
     Constructed,
     Context,
@@ -82,9 +84,32 @@ class Long2ragCoverage(Coverage[Long2ragParams, Question]):
         return None
 
 
+class Long2ragAudit(Audit[Long2ragParams, Question]):
+    """A person audits the judge's verdict on one key point against one answer."""
+
+    def scale(self, ctx: Ctx) -> AuditScale:
+        neutral = 1.0 if ctx.section.scoring.neutral == "entailed" else 0.0
+        return AuditScale(
+            name="entailment",
+            labels=("yes", "neutral", "no"),
+            values={"yes": 1.0, "neutral": neutral, "no": 0.0},
+            metric=KPR.name,
+            meaning="does the answer contain the key point? yes: it states it, with its"
+            " details; neutral: only partly or vaguely; no: not at all, or contradicts it",
+            per_item=True,
+        )
+
+    def view(self, ctx: Ctx, item: Question, generation: Generation, target: str) -> dict[str, str]:
+        point = next((k for k in item.key_points if k.kp_id == target), None)
+        if point is None:
+            raise DataError("no such key point in the question", item=item.item_id, field=target)
+        return {"question": item.question, "key point": point.text, "answer": generation.text or ""}
+
+
 class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     name = "long2rag"
     coverage = Long2ragCoverage()
+    audit = Long2ragAudit()
     plotted = ("kpr",)
     title = "Long²RAG"
     version = "1"

@@ -29,6 +29,8 @@ from pipeline.benchmarks.summhay.training import SummhayTraining
 from pipeline.core.benchmark import (
     Aggregated,
     Asker,
+    Audit,
+    AuditScale,
     Benchmark,
     Constructed,
     Context,
@@ -39,6 +41,7 @@ from pipeline.core.benchmark import (
     JudgePrompts,
     JudgeTask,
     Planned,
+    PriorLabel,
     ReportSection,
     Run,
 )
@@ -139,9 +142,67 @@ class SummhayCoverage(Coverage[SummhayParams, Subtopic]):
         )
 
 
+class SummhayAudit(Audit[SummhayParams, Subtopic]):
+    """A person audits the judge's coverage verdict on one insight against one summary."""
+
+    def scale(self, ctx: Ctx) -> AuditScale:
+        partial = ctx.section.scoring.partial_credit
+        return AuditScale(
+            name="coverage",
+            labels=("FULL_COVERAGE", "PARTIAL_COVERAGE", "NO_COVERAGE"),
+            values={"FULL_COVERAGE": 100.0, "PARTIAL_COVERAGE": partial, "NO_COVERAGE": 0.0},
+            metric="coverage",
+            meaning="does the summary state the insight? FULL_COVERAGE: all of it;"
+            " PARTIAL_COVERAGE: part of it; NO_COVERAGE: none of it",
+        )
+
+    def view(self, ctx: Ctx, item: Subtopic, generation: Generation, target: str) -> dict[str, str]:
+        insight = next((i for i in item.insights if i.insight_id == target), None)
+        if insight is None:
+            raise DataError("no such insight in the subtopic", item=item.item_id, field=target)
+        bullets = extract_bullets(generation.text or "")
+        return {
+            "insight": insight.text,
+            "summary": "\n".join(f"{n}. {b}" for n, b in enumerate(bullets, 1)),
+        }
+
+    def released(self, ctx: Ctx, labelled: Any, judged: Mapping[str, Any]) -> list[PriorLabel]:
+        """The 1,419 labels of the annotated summaries: each was written by a released system
+        (its summary key names the summarizer and the retriever) in one domain."""
+        from pipeline.benchmarks.summhay.agreement import JUDGE_LABELS, Sample
+        from pipeline.data.haystacks import parse_summary_key
+
+        name = {short: label for label, short in JUDGE_LABELS.items()}
+        out = []
+        for s in labelled:
+            assert isinstance(s, Sample)
+            system, setting = parse_summary_key(s.summkey)
+            for judge, labels in judged.items():
+                verdicts = labels.get(s.sample_id)
+                if verdicts is None:  # an LLM judge scores only the first N summaries
+                    continue
+                for iid, _ in s.insights:
+                    if iid not in verdicts:
+                        continue
+                    got = verdicts[iid]
+                    out.append(
+                        PriorLabel(
+                            judge=judge,
+                            system=system,
+                            setting=setting,
+                            keys={"domain": s.domain},
+                            unit=f"{s.sample_id}#{iid}",
+                            judge_label=None if got is None else name[got.cls],
+                            human_label=name[s.human[iid].cls],
+                        )
+                    )
+        return out
+
+
 class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     name = "summhay"
     coverage = SummhayCoverage()
+    audit = SummhayAudit()
     plotted = ("joint", "coverage", "citation")
     title = "SummHay"
     version = "1"

@@ -9,7 +9,7 @@ layer sends the requests through the model layer and turns the answers into reco
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.benchmarks.summhay.params import SummhayParams, settings_of
@@ -29,25 +29,49 @@ def n_insights(sub: Subtopic) -> int:
     return sum(1 for i in sub.insights if i.gold_docs) or len(sub.insights)
 
 
-def contexts(
-    section: SummhayParams, seed: int, dataset: Sequence[Haystack], settings: Sequence[str]
-) -> Iterator[tuple[Haystack, Subtopic, str, Context]]:
-    """Every (haystack, subtopic, setting) context a model sees, in dataset order: the whole
-    haystack (`full*`) or retrieved documents packed into the RAG token budget."""
-    for hay in dataset:
-        for sub in hay.subtopics:
-            for setting in settings:
-                yield hay, sub, setting, context_of(section, seed, hay, sub, setting)
-
-
 def context_of(
-    section: SummhayParams, seed: int, hay: Haystack, sub: Subtopic, setting: str
+    section: SummhayParams,
+    seed: int,
+    hay: Haystack,
+    sub: Subtopic,
+    setting: str,
+    budget: int | None = None,
 ) -> Context:
-    """The context of one (haystack, subtopic, setting): it depends on nothing else."""
+    """The context of one (haystack, subtopic, setting): it depends on nothing else. A RAG
+    context holds `rag_budget_tokens` of documents, or `budget` when given (a model whose
+    context window cannot hold that: `fitted_budget`)."""
     from pipeline.retrieval.context import build_context  # numpy and tokenizers: load on use
 
-    budget = None if setting.startswith("full") else section.rag_budget_tokens
+    if setting.startswith("full"):
+        budget = None
+    elif budget is None:
+        budget = section.rag_budget_tokens
     return build_context(hay, sub, setting, budget_tokens=budget, seed=seed)
+
+
+# A model's own tokenizer counts more tokens than cl100k_base (the budget's unit) on the same
+# text: 4.8% more for SmolLM2-135M, 3.5% for Gemma 3 on SummHay's news documents (measured with
+# llama.cpp's tokenizers); the fit leaves 15%. The chat template adds a few tokens per message.
+TOKENIZER_SLACK = 1.15
+CHAT_TEMPLATE_TOKENS = 32
+# Fewer documents than this is no longer a RAG context worth the name: such a model's prompts
+# are left as they are and named by `lfbench check` / `plan` as not fitting.
+MIN_FITTED_BUDGET = 1000
+
+
+def fitted_budget(section: SummhayParams, spec: OpenAIModel, prompt_tokens: int) -> int | None:
+    """The RAG budget (cl100k_base tokens of documents) for a model entry that declares a
+    `context_window` too small for `rag_budget_tokens`: what is left of the window after the
+    answer (`max_tokens`), the chat template, the prompt's own words (`prompt_tokens`) and the
+    tokenizer slack. None: the section's budget (it fits, no window declared, or too little is
+    left to fit)."""
+    window = spec.context_window
+    if window is None:
+        return None
+    room = int((window - spec.max_tokens - CHAT_TEMPLATE_TOKENS) / TOKENIZER_SLACK) - prompt_tokens
+    if room >= section.rag_budget_tokens or room < MIN_FITTED_BUDGET:
+        return None
+    return room
 
 
 def plan(
@@ -58,37 +82,51 @@ def plan(
     dataset: Sequence[Haystack],
     prompts: Mapping[str, Prompt],
 ) -> list[Planned]:
-    """One request per (subtopic, setting, sample), with the domain's prompt."""
+    """One request per (subtopic, setting, sample), with the domain's prompt. A model entry
+    whose `context_window` cannot hold the section's RAG budget gets its RAG contexts packed to
+    fit it (`fitted_budget`; the budget is in each generation's meta, `context_budget`)."""
+    from pipeline.retrieval.tokens import count_tokens
+
     system = spec.system or model
     by_domain = {"news": prompts["generate_news"], "conversation": prompts["generate_conversation"]}
     out = []
-    for hay, sub, setting, ctx in contexts(section, seed, dataset, settings_of(spec)):
+    for hay in dataset:
         prompt = by_domain[hay.domain]
-        text = prompt.render(
-            n_documents=len(ctx.documents),
-            topic=hay.topic,
-            participants=", ".join(hay.participants) or "various people",
-            documents=ctx.text,
-            query=sub.query,
-            subtopic=sub.subtopic,
-            n_insights=n_insights(sub),
-        )
-        meta: dict[str, object] = {
-            "prompt": prompt.path,
-            "prompt_sha": prompt.sha,
-            "context_docs": [d.position for d in ctx.documents],
-            "context_tokens": ctx.n_tokens,
-            "context_truncated": any(d.truncated for d in ctx.documents),
-        }
-        for sample in range(spec.samples):
-            request = ChatRequest(
-                key=generation_id(sub.item_id, system, setting, sample),
-                messages=[{"role": "user", "content": text}],
-                prompt_sha=prompt.sha,
-                sample=sample,
-            )
-            out.append(Planned(request, sub.item_id, system, setting, sample, dict(meta)))
+        for sub in hay.subtopics:
+            fitted = fitted_budget(section, spec, count_tokens(_render(prompt, hay, sub, "", 0)))
+            for setting in settings_of(spec):
+                ctx = context_of(section, seed, hay, sub, setting, fitted)
+                text = _render(prompt, hay, sub, ctx.text, len(ctx.documents))
+                meta: dict[str, object] = {
+                    "prompt": prompt.path,
+                    "prompt_sha": prompt.sha,
+                    "context_docs": [d.position for d in ctx.documents],
+                    "context_tokens": ctx.n_tokens,
+                    "context_truncated": any(d.truncated for d in ctx.documents),
+                }
+                if fitted is not None and not setting.startswith("full"):
+                    meta["context_budget"] = fitted  # smaller than the section's: the window
+                for sample in range(spec.samples):
+                    request = ChatRequest(
+                        key=generation_id(sub.item_id, system, setting, sample),
+                        messages=[{"role": "user", "content": text}],
+                        prompt_sha=prompt.sha,
+                        sample=sample,
+                    )
+                    out.append(Planned(request, sub.item_id, system, setting, sample, dict(meta)))
     return out
+
+
+def _render(prompt: Prompt, hay: Haystack, sub: Subtopic, documents: str, n_documents: int) -> str:
+    return prompt.render(
+        n_documents=n_documents,
+        topic=hay.topic,
+        participants=", ".join(hay.participants) or "various people",
+        documents=documents,
+        query=sub.query,
+        subtopic=sub.subtopic,
+        n_insights=n_insights(sub),
+    )
 
 
 def baseline_generations(

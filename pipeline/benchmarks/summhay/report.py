@@ -209,7 +209,7 @@ def _problems_and_cost(rows: list[dict[str, Any]]) -> list[str]:
     out = ["### Invalid judgements, failures and cost", ""]
     return out + table(
         ["Summarizer", "Setting", "Summaries", "Invalid judgements", "Failed generations",
-         "Failed judgements", "Cut for length", "Tokens in", "Tokens out", "Cost (USD)"],
+         "Failed judgements", "Cut (length, filter)", "Tokens in", "Tokens out", "Cost (USD)"],
         [
             [r["system"], r["setting"], r["n_scored"], r["n_invalid_verdicts"],
              r["n_failed_generations"], r["n_failed_judgements"], r.get("n_truncated", 0),

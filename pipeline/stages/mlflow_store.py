@@ -1,0 +1,185 @@
+"""How lfbench reaches an MLflow store: a quick, bounded failure with one clear line, and never
+a credential in a log line, an error or a command line.
+
+- Before the first call, a store behind a network address is checked: a tracking server
+  (`http(s)://`) must answer an HTTP request to its `/health` within `ANSWER_TIMEOUT_S` (any
+  answer will do: a proxy asking for credentials is still there), a database store
+  (`postgresql://`, `mysql://`, ...) must accept a TCP connection within `CONNECT_TIMEOUT_S`.
+  MLflow itself would retry a refused connection for about four minutes (7 retries with a
+  doubling backoff) and wait up to 120 s for each answer.
+- MLflow's own HTTP retries and timeout are bounded (`HTTP_DEFAULTS`: a server that goes away
+  mid-sync fails the command within about a minute and a half); a variable the user set wins.
+- A failure of the store (MLflow's, requests', SQLAlchemy's errors) becomes one `LfbenchError`
+  line naming the store with its password masked; a password in the message is masked too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+from pipeline.core.errors import LfbenchError
+
+# MLflow's HTTP client (mlflow.environment_variables): at most 2 retries after 0 s and 2 s
+# (plus up to 1 s of jitter each), at most 30 s per request.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+CONNECT_TIMEOUT_S = 5.0
+ANSWER_TIMEOUT_S = 10.0
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
+_SECRET_QUERY = re.compile(r"pass|secret|token|key", re.IGNORECASE)
+
+
+def bounded_http() -> None:
+    """MLflow's HTTP retries and timeout, bounded unless the environment sets them."""
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def masked(uri: str) -> str:
+    """The store URI as logs and errors show it: its password (and any query value whose name
+    says secret: `password=`, `token=`, ...) replaced by `***`."""
+    parts = urlsplit(uri)
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.split(':', 1)[0]}:***@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if _SECRET_QUERY.search(k) else v) for k, v in pairs])
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def secrets_of(uri: str) -> list[str]:
+    """The secret strings of a store URI, as written and decoded (to mask them in any text)."""
+    parts = urlsplit(uri)
+    found = []
+    if parts.password:
+        found += [parts.password, unquote(parts.password)]
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if _SECRET_QUERY.search(k) and v:
+            found += [v, quote(v, safe="")]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def scrub(text: str, uri: str) -> str:
+    """`text` with the store URI's secrets masked wherever they appear."""
+    out = text.replace(uri, masked(uri))
+    for secret in secrets_of(uri):
+        out = out.replace(secret, "***")
+    return out
+
+
+def address(uri: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a store behind a network address; None for a file, a SQLite
+    database or a database reached through a local socket."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.split("+", 1)[0].lower()
+    if scheme in ("", "file", "sqlite") or not parts.hostname:
+        return None
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise LfbenchError(f"MLflow store {masked(uri)}: {e}") from None
+    default = DEFAULT_PORTS.get(scheme)
+    if port is None and default is None:
+        return None
+    return scheme, parts.hostname, port or int(default or 0)
+
+
+def _reason(e: BaseException) -> str:
+    """The root cause of a network error in a few words (`[Errno 111] Connection refused`)."""
+    text = str(e)
+    m = re.search(r"\[Errno -?\d+\] [^\"')(]+", text)
+    if m:
+        return m.group(0).strip().rstrip(",.")
+    if "timed out" in text.lower() or isinstance(e, TimeoutError | socket.timeout):
+        return "timed out"
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def check_reachable(uri: str) -> None:
+    """Fail fast, in one line, when the store's server is not there (module docstring)."""
+    where = address(uri)
+    if where is None:
+        return
+    scheme, host, port = where
+    if scheme in ("http", "https"):
+        import requests
+
+        parts = urlsplit(uri)
+        netloc = host if ":" not in host else f"[{host}]"
+        base = urlunsplit((scheme, f"{netloc}:{port}", parts.path.rstrip("/"), "", ""))
+        try:
+            requests.get(
+                f"{base}/health",
+                timeout=(CONNECT_TIMEOUT_S, ANSWER_TIMEOUT_S),
+                allow_redirects=False,
+            ).close()
+        except requests.RequestException as e:
+            why = _reason(e)
+            if isinstance(e, requests.ConnectTimeout):
+                why = f"no connection within {CONNECT_TIMEOUT_S:g} s"
+            elif isinstance(e, requests.ReadTimeout):
+                why = f"connected, but no answer within {ANSWER_TIMEOUT_S:g} s"
+            raise LfbenchError(
+                f"MLflow tracking server {masked(uri)}: no answer from {host}:{port}"
+                f" ({scrub(why, uri)}); check MLFLOW_TRACKING_URI and that the server is"
+                " up (or unset MLFLOW_TRACKING_URI for the project's own store, mlruns/)"
+            ) from None
+        return
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise LfbenchError(
+            f"MLflow store {masked(uri)}: cannot connect to {host}:{port} ({_reason(e)});"
+            " check MLFLOW_TRACKING_URI and that the database server is up"
+        ) from None
+
+
+def preflight(root: Path) -> None:
+    """Before a command's work whose end is an MLflow sync: the store answers, or one line says
+    why not (so a stage or `lfbench track` does not fail after minutes of work)."""
+    from pipeline.stages.tracking import tracking_uri
+
+    bounded_http()
+    check_reachable(tracking_uri(root))
+
+
+def _store_failure(e: BaseException) -> bool:
+    """An error of the store or of the way to it (not of lfbench's own code)."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(e, MlflowException | ConnectionError | TimeoutError):
+        return True
+    root = type(e).__module__.split(".")[0]
+    return root in ("requests", "urllib3", "sqlalchemy", "psycopg2", "pymysql")
+
+
+@contextlib.contextmanager
+def store_errors(uri: str, doing: str) -> Iterator[None]:
+    """Turn a failure of the store into one line naming it (masked) and what was being done."""
+    try:
+        yield
+    except LfbenchError:
+        raise
+    except Exception as e:
+        if not _store_failure(e):
+            raise
+        text = " ".join(str(e).split()) or type(e).__name__
+        if "API request to" in text and ("Max retries" in text or "timeout" in text):
+            text = _reason(e)
+        if len(text) > 400:
+            text = text[:400] + "..."
+        raise LfbenchError(
+            f"MLflow store {masked(uri)}: {doing} failed: {scrub(text, uri)}"
+        ) from None
