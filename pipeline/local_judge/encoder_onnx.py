@@ -36,8 +36,9 @@ the integer GEMMs (SSE, AVX2, AVX-VNNI, AVX-512, AMX). Eigen's vectorised loops 
 last few elements to the C library's `exp`/`log`, which glibc itself picks per CPU (FMA or not).
 The graph of issue 27 (float attention products, Softmax, Erf, LayerNormalization, fused by the
 optimiser into MatMulIntegerToFloat, SkipLayerNormalization...) therefore gave other vectors on
-other CPUs: under emulation of an SSE4.2 or an AVX CPU, every one of 30 SummHay texts differed
-from this AVX2 machine's vectors (cosine down to 0.996), 25 of them still after float16 rounding.
+other CPUs: under emulation of an SSE4.2 or an AVX CPU, all 202 SummHay texts of
+perf/encoder_isa.py differed from this AVX2 machine's vectors (cosine down to 0.994), 121 of
+them still after float16 rounding (docs/local_judge.md, "The same vectors on every CPU").
 
 So the graph is built only from operators that are exact or compiled once (`PORTABLE_OPS`), and
 ONNX Runtime optimises it at its basic level only (no fusion into the kernels above):
@@ -53,9 +54,10 @@ ONNX Runtime optimises it at its basic level only (no fusion into the kernels ab
 - the softmax in base 2 from Round/Sub/Mul/Add: 2^(s - max s) = 2^e 2^f, the power of two made
   exactly from its float32 exponent bits (`BitCast`), 2^f by a degree-5 polynomial (`EXP2_C`);
 - the erf GELU as x Phi(x), Phi by a rational function of Mul/Add/Div (`PHI_P`, `PHI_Q`);
-- layer norms and the mean pooling from ReduceMean/ReduceSum over the last axis (ONNX Runtime
-  sums rows with Eigen; a reduction over another axis would become a float GEMM), Sub, Mul,
-  Sqrt, Div.
+- layer norms from ReduceMean over the last axis (ONNX Runtime sums such rows with Eigen; a
+  float reduction over another axis becomes a float GEMM), Sub, Mul, Sqrt, Div;
+- the mean pooling over the tokens on a grid of 2^-30 in float64 (`POOL_BITS`): an exact
+  integer sum whichever kernel reduces that axis, then one division.
 
 Each of these operators is one correctly rounded IEEE operation per element, or an exact one,
 or a row sum in compiled code: the same bits whatever the CPU. The float32 model (`int8=False`)
@@ -63,8 +65,9 @@ agrees with the numpy encoder to cosine 1.00000, so these substitutes change the
 than float32 noise; the int8 one keeps its cosine of 0.993 on average. Checked by
 tests/judging/test_encoder_isa.py (the optimised graph holds only `PORTABLE_OPS`; real SummHay
 texts give the same bits natively and under QEMU emulating SSE4.2 and AVX CPUs) and
-perf/encoder_isa.py. Not covered: AVX-512 cannot be emulated here (QEMU 7.2); the argument above
-covers it (its only kernels reached are the exact integer GEMMs and the quantiser shown equal).
+perf/encoder_isa.py. Not covered by a run: AVX-512 cannot be emulated here (QEMU 7.2); the
+argument above covers it (the only kernels it changes in this graph are the integer GEMMs and
+the float64 GEMM, exact on these integers, and the quantiser shown equal).
 Another onnxruntime version is another model key, vectors and cache key: re-check it.
 """
 

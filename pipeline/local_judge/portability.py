@@ -31,9 +31,13 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from pipeline.local_judge.encoder_onnx import OnnxMiniLM
 
 # QEMU CPU models, by the widest SIMD ONNX Runtime's kernels can use on them
 EMULATED_CPUS = {"sse4.2": "Nehalem", "avx": "SandyBridge"}
@@ -89,10 +93,9 @@ def emulated_vectors(
         return vectors, report
 
 
-def native_vectors(
-    texts: Sequence[str], model: Path, *, level: str = "basic"
-) -> npt.NDArray[np.float32]:
-    """The same computation in this process, on this machine's CPU."""
+def encoder_at(model: Path, *, level: str = "basic") -> OnnxMiniLM:
+    """The encoder of `model` at ONNX Runtime's `basic` optimisation level (the encoder's own) or
+    `all` (with its fusions, as the graph before the CPU-portable one ran)."""
     import onnxruntime as ort
 
     from pipeline.local_judge.encoder_onnx import OnnxMiniLM
@@ -106,7 +109,14 @@ def native_vectors(
         )
     elif level != "basic":
         raise ValueError(f"optimisation level {level!r}: basic or all")
-    return encoder.encode(texts)
+    return encoder
+
+
+def native_vectors(
+    texts: Sequence[str], model: Path, *, level: str = "basic"
+) -> npt.NDArray[np.float32]:
+    """The same computation in this process, on this machine's CPU."""
+    return encoder_at(model, level=level).encode(texts)
 
 
 def main(argv: Sequence[str]) -> None:
