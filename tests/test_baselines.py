@@ -8,7 +8,8 @@ from pipeline.baselines import Doc, extractive, lead, split_sentences
 from pipeline.benchmarks.summhay.generation import baseline_generations
 from pipeline.benchmarks.summhay.params import SummhayParams
 from pipeline.benchmarks.summhay.scoring import extract_bullets, extract_citations
-from pipeline.core.config import BaselineModel, validate_params
+from pipeline.core.config import BaselineModel
+from pipeline.core.params import validate_params
 from pipeline.data.haystacks import load_raw_haystack, normalise
 
 
@@ -102,8 +103,8 @@ def test_baseline_generations_on_a_haystack(
 def test_bad_baseline_entry_is_a_named_config_error(tmp_path: Path) -> None:
     import pytest
 
-    from pipeline.core.config import load_params
     from pipeline.core.errors import ConfigError
+    from pipeline.core.params import load_params
 
     p = tmp_path / "params.yaml"
     p.write_text(

@@ -315,7 +315,8 @@ def test_the_image_lock_pins_what_the_host_lock_pins() -> None:
 
 
 # Imported by the host side only: the runner (docker), DVC, the team's stores.
-HOST_ONLY_IMPORTS = {"docker", "dvc", "s3fs"}
+# `lfbench repro`'s driver and workers (Dask) run on the host, around the stages: not in the image
+HOST_ONLY_IMPORTS = {"docker", "dvc", "s3fs", "distributed"}
 # Removed from the image by the Dockerfile (unused models of jieba, the hub download backend).
 NOT_IN_IMAGE = ("jieba.posseg", "jieba.analyse", "jieba.lac_small", "paddle", "hf_xet")
 

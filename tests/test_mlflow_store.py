@@ -225,7 +225,9 @@ def test_ui_on_a_postgresql_store_keeps_its_password_out_of_logs_and_argv(
         for argv in argvs:
             assert SECRET not in argv, argv.replace("\0", " ")
         text = log_path.read_text()
-        assert f"lfbench:***@127.0.0.1:{postgres.port}/ui_secret" in text.splitlines()[0]
+        assert (
+            f"(store postgresql+psycopg://lfbench:***@127.0.0.1:{postgres.port}/ui_secret)" in text
+        )
         _no_secret(text)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -234,9 +234,13 @@ def test_long2rag_breakdown_drawn_from_the_committed_rows() -> None:
 def test_headline_does_not_depend_on_the_rows_order() -> None:
     """Ties (CRUX has many rows at 100.0) broken by label, groups sorted: the same headline
     whatever order the metrics file lists its rows in."""
+    from pipeline.core import registry
     from pipeline.tools.report import headline
 
-    for name, metric in (("crux", "coverage"), ("summhay", "joint"), ("long2rag", "kpr")):
+    for bench in registry.load_all():  # every benchmark with committed results
+        name, metric = bench.name, bench.metrics[0].name
+        if not (ROOT / "metrics" / f"{name}.json").exists():
+            continue
         rows = json.loads((ROOT / "metrics" / f"{name}.json").read_text())["rows"]
         first = headline(name, name, rows, metric, {}, name)
         for seed in range(3):
@@ -274,7 +278,6 @@ def test_a_benchmark_without_a_main_metric_is_said_so(
     from pipeline.core import registry
     from pipeline.tools.report import build_markdown
 
-    monkeypatch.setattr(type(registry.get("long2rag")), "plotted", ())
     monkeypatch.setattr(type(registry.get("long2rag")), "metrics", ())
     _write(tmp_path, "long2rag.json", L2R)
     md, _ = build_markdown(tmp_path)

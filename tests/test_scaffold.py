@@ -36,8 +36,29 @@ def test_the_stages_and_section_land_in_this_projects_files(tmp_path: Path) -> N
     assert added == {f"toy-{s}" for s in ("construct", "generate", "judge", "aggregate")}
     assert after["plots"] == before["plots"]  # the other top-level keys are untouched
     params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
-    assert "toy" in params
-    assert (root / "pipeline" / "benchmarks" / "toy" / "__init__.py").is_file()
+    assert params["toy"]["judges"] == ["toy-match"]
+    assert params["judges"]["toy-match"] == {"provider": "toy-match"}
+    package = root / "pipeline" / "benchmarks" / "toy"
+    assert (package / "__init__.py").is_file()
+    # a README stub of its own (the template's manual stays with the template), a test file
+    readme = (package / "README.md").read_text(encoding="utf-8")
+    assert readme.startswith("# toy\n") and "The contract in one screen" not in readme
+    assert not [p.name for p in package.iterdir() if "snippet" in p.name or "stub" in p.name]
+    test = root / "tests" / "benchmarks" / "toy" / "test_toy.py"
+    assert "from pipeline.benchmarks.toy.benchmark import Toy" in test.read_text("utf-8")
+    # no dependency on the local judge's model: the benchmark does not use it
+    judge = after["stages"]["toy-judge"]
+    assert "models/local-judge/model.json" not in judge["deps"]
+    assert all("local-judge" not in str(d) for s in added for d in after["stages"][s]["deps"])
+
+
+def test_with_the_local_judge_its_judge_stages_depend_on_its_model(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    create("toy", root, root / "params.yaml", root / "dvc.yaml", local_judge=True)
+    after = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
+    assert "models/local-judge/model.json" in after["stages"]["toy-judge"]["deps"]
+    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
+    assert params["toy"]["judges"] == ["toy-match", "local"]
 
 
 def test_a_dvc_yaml_whose_last_key_is_not_stages_is_refused_untouched(tmp_path: Path) -> None:
@@ -66,7 +87,8 @@ def test_a_dvc_yaml_whose_last_key_is_not_stages_is_refused_untouched(tmp_path: 
         ("Toy", "must match"),
         ("9lives", "must match"),
         ("benchmark", "would name a class Benchmark"),
-        ("judge", "would name a class JudgePrompts"),
+        ("match", "would name a class Match"),
+        ("fact", "would name a class Fact"),
         ("item", "would name a class Item"),
     ],
 )
@@ -95,7 +117,10 @@ def test_a_broken_benchmark_package_is_an_error_naming_it(
         (pkg / sub / "__init__.py").write_text(code, encoding="utf-8")
     (pkg / "__init__.py").write_text("", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
+    from pipeline.core import packages
+
     monkeypatch.setattr(registry, "PACKAGE", "lfb_broken_benchmarks")
+    monkeypatch.setattr(packages, "PACKAGE", "lfb_broken_benchmarks")
     registry.names.cache_clear()
     try:
         assert registry.names() == tuple(sorted(sub for sub, _, _ in BROKEN))
@@ -115,3 +140,21 @@ BROKEN = [
     ("imports", "x = 1\nfrom pipeline.core.benchmark import Nothing\n", "ImportError"),
     ("raises", "x = 1\nraise RuntimeError('half written')\n", "RuntimeError: half written"),
 ]
+
+
+def test_check_refuses_a_local_judge_its_judge_stage_does_not_depend_on(tmp_path: Path) -> None:
+    """A benchmark scaffolded without --local-judge whose section later lists `local`: its judge
+    stage must then depend on the local judge's model (else DVC does not train it first)."""
+    from pipeline.core.params import load_params
+    from pipeline.tools.deps import missing_models
+
+    params = load_params(ROOT / "params.yaml")
+    assert missing_models(ROOT, params) == []
+    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    judge = doc["stages"]["summhay-judge"]
+    judge["deps"] = [d for d in judge["deps"] if d != "models/local-judge/model.json"]
+    dvc = tmp_path / "dvc.yaml"
+    dvc.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    assert missing_models(ROOT, params, dvc) == [
+        "summhay-judge: models/local-judge/model.json (judges.local)"
+    ]

@@ -1,27 +1,29 @@
 """The benchmark contract: what a benchmark package provides, and what it must not do.
 
 A benchmark (`pipeline/benchmarks/<name>/`) is pure: it reads no file, calls no model and logs
-nothing to MLflow. It provides, as a subclass of `Benchmark`:
+nothing to MLflow. Its core, as a subclass of `Benchmark`:
 
-- its params model (`params_model`, the `<name>:` section of params.yaml) and the model and judge
-  providers it runs (`model_providers`, `judge_providers`), including any it defines itself
-  (`model_specs`, `judge_specs`, named `<name>-<kind>`);
-- dataset construction and validation (`construct`, `record`, `items`), reading raw files only
-  through the `Inputs` it is handed and asking a model only through the `Asker` it is handed;
-- the requests of generation (`plan_generations`) and judging (`judge_task`: the asks for one
-  output, each request with the parser of its answer, built with `judge_task()` below;
-  `judge_prompts` names its prompts), answers that need no model (`offline_generations`:
-  baselines and replayed releases; `offline_judgements`);
-- scoring into rows, its report and its MLflow runs (`aggregate` -> `Aggregated`), and its section
-  of `lfbench report` (`report_section`);
-- optionally, coverage judging (`coverage`: how the local judge, or a no-model judge of its own,
-  sees an output), agreement with human labels (`agreement`), training data for the local
-  judge (`judge_training`) and an audit of a judge by people on a run's outputs (`audit`: a
-  verdict's label scale and what the judge saw).
+- its params model (`params_model`, the `<name>:` section of params.yaml), its dataset record
+  (`record`), the model providers it runs (`model_providers`) and those it defines (`providers`);
+- how to build and read its items (`construct`, `items`), reading raw files only through the
+  `Inputs` it is handed and asking a model only through the `Asker` it is handed;
+- how to prompt a model for an item (`plan_generations`) and the outputs that need no model
+  (`offline_generations`: baselines, replayed releases, its own providers);
+- its metrics, declared (`metrics`, `results`), and how one judged output scores (`item_score`).
+
+Everything else is an optional capability, declared once as an attribute (None: it has none):
+`llm_judge` (`LLMJudge`), `coverage` (the local judge, or a coverage judge of its own),
+`no_model_judge`, `released` (a paper's judgements replayed), `agreement` (judges against human
+labels), `judge_training` (cases for the local judge), `scorer` (`lfbench score`), `audit`
+(people audit a judge on a run's outputs: a verdict's label scale and what the judge saw) and
+`paper` (a paper's own tables and figures). The judge providers a benchmark offers follow from
+what it declares (`judge_providers`), and how it runs a judge entry is resolved once
+(`judge_kind`).
 
 The stage layer (`pipeline/stages/`) does everything else, the same way for every benchmark:
 file reads and atomic writes, every model call (cache, journal, retries, usage and cost), the one
-judge loop (first pass, one repair, invalid verdicts counted), MLflow runs with their lineage.
+judge loop (first pass, one repair, invalid verdicts counted), the rows, reports and MLflow runs
+with their lineage.
 """
 
 from __future__ import annotations
@@ -43,27 +45,22 @@ from pipeline.core.config import (
     OwnedJudge,
     OwnedModel,
     Params,
+    PublishedJudge,
 )
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
 from pipeline.core.results import (
-    COUNTERS,
     Excluded,
     Invalid,
     ItemScore,
     Metric,
     Outcome,
     ResultRow,
+    Results,
     RowKey,
-    interval,
-    item_record,
-    score_rows,
 )
 from pipeline.core.types import ChatRequest, EndpointConfig
-
-# The columns that identify a result row (a benchmark may add its own, e.g. SummHay's domain).
-RESULT_KEYS = ("benchmark", "system", "setting", "judge", "model")
 
 P = TypeVar("P", bound=BenchmarkParams)  # the benchmark's params section
 D = TypeVar("D", bound=BaseModel)  # one line of datasets/<name>.jsonl
@@ -199,8 +196,8 @@ class Constructed(Generic[D]):
     records: list[D]
     failures: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""
-    # side files (name -> JSON content) written to datasets/<name>/ when the benchmark declares
-    # `construct_files` (the folder is then a stage output)
+    # side files (name -> JSON content), written to datasets/<name>/ when there are any (the
+    # folder is then a stage output of the benchmark's construct stage)
     files: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -377,6 +374,131 @@ class Coverage(ABC, Generic[P, I]):
         return None
 
 
+# ---------------------------------------------------------------- the other kinds of judge
+
+
+@dataclass(frozen=True)
+class LLMJudge(Generic[I]):
+    """LLM judging, an optional capability: the judge entries of provider `openai`. `task`
+    builds the asks that judge one output (`judge_task()` above); `prompt`, `batched` and
+    `repair` name the judge's prompts in the benchmark's prompts section (`batched`: all units
+    in one call, for entries with `mode: batched`; None: no batched form), `schemas` the JSON
+    schema of each prompt's answer (for entries that ask for structured output with a schema).
+    `rates(ctx, item)`: whether an LLM judge rates this item (default: every item; e.g. CRUX
+    rates a sample)."""
+
+    task: Callable[[Generation, I, JudgePrompts], JudgeTask]
+    prompt: str = "judge"
+    batched: str | None = None
+    repair: str = "repair"
+    schemas: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    rates: Callable[[Context[Any], I], bool] | None = None
+
+    def tasks(
+        self,
+        ctx: Context[Any],
+        spec: OpenAIJudge,
+        items: Mapping[str, I],
+        gens: Sequence[Generation],
+    ) -> list[JudgeTask]:
+        """The judge tasks of the (ok) generations this judge rates."""
+        prompts = JudgePrompts.of(
+            ctx, spec, self.prompt, self.batched, self.repair, schemas=self.schemas
+        )
+        rates = self.rates
+        return [
+            self.task(g, items[g.item_id], prompts)
+            for g in gens
+            if rates is None or rates(ctx, items[g.item_id])
+        ]
+
+
+class NoModelJudge(ABC, Generic[P, I]):
+    """A judge of the benchmark's own providers (`providers`) that needs no model and is not
+    a coverage judge (e.g. CRUX's labels, CRUD-RAG's text metrics), an optional capability."""
+
+    @abstractmethod
+    def judgements(
+        self,
+        ctx: Context[P],
+        judge: str,
+        spec: JudgeSpec,
+        items: Mapping[str, I],
+        gens: Sequence[Generation],
+    ) -> list[Judgement]:
+        """The judgements of `gens` (ok generations of known items)."""
+
+    def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
+        """The embeddings this judge needs: None, EMBED_LOCAL, or an OpenAI-compatible
+        endpoint; the stage layer then gives `judgements` a context whose `embed` makes them."""
+        return None
+
+
+class ReleasedJudgements(ABC, Generic[P, D]):
+    """A paper's released judgements, replayed (judge provider `published`), an optional
+    capability. They judge the released outputs only."""
+
+    @abstractmethod
+    def judgements(
+        self, ctx: Context[P], judge: str, spec: JudgeSpec, dataset: Sequence[D], gens: Gens
+    ) -> list[Judgement]: ...
+
+
+JudgeKind: TypeAlias = Literal["llm", "coverage", "no_model", "released"]
+
+
+def judge_providers(bench: AnyBenchmark) -> frozenset[str]:
+    """The core judge providers a benchmark offers: those of the judging it declares."""
+    return frozenset(
+        provider
+        for provider, has in (
+            ("openai", bench.llm_judge),
+            ("local", bench.coverage),
+            ("published", bench.released),
+        )
+        if has is not None
+    )
+
+
+SpecT = TypeVar("SpecT", OwnedModel, OwnedJudge)
+
+
+def own_specs(bench: AnyBenchmark, kind: type[SpecT]) -> tuple[type[SpecT], ...]:
+    """The model (kind OwnedModel) or judge (OwnedJudge) providers a benchmark defines."""
+    return tuple(c for c in bench.providers if issubclass(c, kind))
+
+
+def llm_capability(bench: AnyBenchmark) -> LLMJudge[Any]:
+    """The benchmark's LLM judging (a ConfigError if it has none)."""
+    if bench.llm_judge is None:
+        raise ConfigError(f"{bench.name} has no LLM judging (judge provider openai)")
+    return bench.llm_judge
+
+
+def judge_kind(bench: AnyBenchmark, judge: str, spec: JudgeSpec) -> JudgeKind:
+    """How `bench` runs the judge entry `judge` (resolved once, here): a ConfigError when the
+    benchmark declares no judging of that kind."""
+    if isinstance(spec, OpenAIJudge):
+        kind: JudgeKind | None = "llm" if bench.llm_judge is not None else None
+    elif isinstance(spec, PublishedJudge):
+        kind = "released" if bench.released is not None else None
+    elif isinstance(spec, LocalJudge):
+        kind = "coverage" if bench.coverage is not None else None
+    elif bench.coverage is not None and bench.coverage.judge(spec) is not None:
+        kind = "coverage"
+    elif bench.no_model_judge is not None and isinstance(spec, own_specs(bench, OwnedJudge)):
+        kind = "no_model"
+    else:
+        kind = None
+    if kind is None:
+        raise ConfigError(
+            f"judges.{judge}: {bench.name} cannot be judged by provider {spec.provider!r} (it"
+            f" offers: {', '.join(sorted(judge_providers(bench))) or 'no core provider'} and"
+            " its own providers)"
+        )
+    return kind
+
+
 # ---------------------------------------------------------------- results
 
 
@@ -432,6 +554,62 @@ class ReportSection:
 
     lines: list[str]
     figures: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """What a paper's own tables and figures add to the results: sections of the metrics file
+    beside `rows`, report lines after the results table (`table=False`: the paper's layouts
+    show every row instead; `report_text`: the whole report, in the paper's order), figures
+    beside the report, a change to each row's run (`run(run, row)`: its plots, a statistic of
+    the paper's), runs of its own, and summary entries."""
+
+    sections: Mapping[str, Any] = field(default_factory=dict)
+    report: Sequence[str] = ()
+    table: bool = True
+    report_text: str | None = None
+    figures: Mapping[str, bytes] = field(default_factory=dict)
+    run: Callable[[RunRow, Mapping[str, Any]], RunRow] | None = None
+    runs: Sequence[RunRow] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Paper(Generic[P, D]):
+    """A paper's own tables and figures, an optional capability: what only this benchmark's
+    paper has (SummHay's Table 2 layout, CRUX's Kendall tau, Long²RAG's judge agreement, ...).
+    Each hook does nothing by default."""
+
+    def runs(self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]) -> Sequence[Run]:
+        """The runs as the paper scores them (e.g. CRUX: each context at every cut-off)."""
+        return runs
+
+    def rows(
+        self,
+        ctx: Context[P],
+        dataset: Sequence[D],
+        runs: Sequence[Run],
+        rows: list[ResultRow],
+        scores: dict[RowKey, list[ItemScore]],
+    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+        """The rows with the paper's own (e.g. SummHay's rows pooling both domains), ordered."""
+        return rows, scores
+
+    def tables(
+        self,
+        ctx: Context[P],
+        dataset: Sequence[D],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+        scores: Mapping[RowKey, Sequence[ItemScore]],
+    ) -> Tables:
+        return Tables()
+
+    def report_section(
+        self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]
+    ) -> ReportSection:
+        """The benchmark's part of `lfbench report` (`table()`: the results table, its rows
+        checked)."""
+        return table()
 
 
 # ---------------------------------------------------------------- optional capabilities
@@ -622,34 +800,33 @@ class Benchmark(ABC, Generic[P, D, I]):
     version: ClassVar[str]
     params_model: ClassVar[type[BenchmarkParams]]
     record: ClassVar[type[BaseModel]]  # one line of datasets/<name>.jsonl
-    # The core providers it can generate with and be judged by (plus its own, below).
+    # The core providers it can generate with (plus its own, below). The judge providers it
+    # offers follow from the judging it declares (`judge_providers`).
     model_providers: ClassVar[frozenset[str]] = frozenset({"openai", "baseline"})
-    judge_providers: ClassVar[frozenset[str]] = frozenset({"openai", "local"})
-    model_specs: ClassVar[tuple[type[OwnedModel], ...]] = ()  # providers it defines
-    judge_specs: ClassVar[tuple[type[OwnedJudge], ...]] = ()
-    agreement: HumanAgreement[Any, Any] | None = None
-    coverage: Coverage[Any, Any] | None = None  # coverage judging (the local judge, ...)
-    judge_training: JudgeTraining[Any] | None = None
-    scorer: Scorer | None = None
+    # The model and judge providers it defines (`<name>-<kind>`: subclasses of OwnedModel or
+    # OwnedJudge).
+    providers: ClassVar[tuple[type[OwnedModel] | type[OwnedJudge], ...]] = ()
+
+    # ---- optional capabilities (None: the benchmark has no such thing)
+    llm_judge: LLMJudge[Any] | None = None  # judging by an LLM (provider openai)
+    coverage: Coverage[Any, Any] | None = None  # the local judge, or a coverage judge of its own
+    no_model_judge: NoModelJudge[Any, Any] | None = None  # a judge of its own that needs no model
+    released: ReleasedJudgements[Any, Any] | None = None  # a paper's judgements, replayed
+    agreement: HumanAgreement[Any, Any] | None = None  # judges against human labels
+    judge_training: JudgeTraining[Any] | None = None  # cases to train the local judge on
+    scorer: Scorer | None = None  # `lfbench score`: a user's outputs without the pipeline
     audit: Audit[Any, Any] | None = None  # people audit a judge on a run (`lfbench audit`)
-    construct_files: ClassVar[bool] = False  # construct writes side files (Constructed.files)
-    # Headline metrics of its result rows, for DVC plots: the aggregate stage writes
-    # reports/<name>.points.json (one point per run: its name and these metrics); () writes none.
-    plotted: ClassVar[tuple[str, ...]] = ()
+    paper: Paper[Any, Any] | None = None  # a paper's own tables and figures
 
     def check_params(self, section: P, params: Params) -> None:
         """Cross-checks between the section and the model/judge entries (raise ValueError)."""
-
-    def construction_llm(self, section: P) -> str | None:
-        """The judges entry (provider openai) that construction asks, if it needs a model."""
-        return None
 
     # ---- construct
 
     @abstractmethod
     def construct(self, ctx: Context[P], ask: Asker | None) -> Constructed[D]:
         """Raw data -> the dataset records, validated. `ask` is None unless
-        `construction_llm` names a model."""
+        its params section's `construction_llm()` names a model."""
 
     @abstractmethod
     def items(self, dataset: Sequence[D]) -> dict[str, I]:
@@ -675,63 +852,18 @@ class Benchmark(ABC, Generic[P, D, I]):
     ) -> list[Generation]:
         """Outputs that need no model call: baselines, a replayed release, own providers."""
 
-    # ---- judge
+    # ---- results: the metrics and rows, declared once (pipeline/core/results.py); the first
+    # metric is the main one (headlines, plots, rankings). The stage layer does the rest
+    # (pipeline/core/aggregation.py).
 
-    # The prompts of an LLM judge in the benchmark's prompts section: per reference unit, for all
-    # units at once (None: no batched form; `mode: batched` then judges per unit), the repair.
-    judge_prompts: ClassVar[tuple[str, str | None, str]]
-    # The JSON schema of each judge prompt's answer, for entries that ask for structured output
-    # with a schema (`OpenAIJudge.structured`); a prompt without one gets a plain JSON object.
-    judge_schemas: ClassVar[Mapping[str, dict[str, Any]]] = {}
-
-    def judge_tasks(
-        self,
-        ctx: Context[P],
-        judge: str,
-        spec: OpenAIJudge,
-        items: Mapping[str, I],
-        gens: Sequence[Generation],
-    ) -> list[JudgeTask]:
-        """The requests an LLM judge is sent for each (ok) generation, with their parsers."""
-        prompts = JudgePrompts.of(ctx, spec, *self.judge_prompts, schemas=self.judge_schemas)
-        return [self.judge_task(g, items[g.item_id], prompts) for g in gens]
-
-    @abstractmethod
-    def judge_task(self, generation: Generation, item: I, prompts: JudgePrompts) -> JudgeTask:
-        """The asks that judge one generation (`judge_task` below builds them)."""
-
-    def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
-        """The embeddings a no-model judge of this benchmark needs: None, EMBED_LOCAL, or an
-        OpenAI-compatible endpoint; the stage layer then gives `offline_judgements` a context
-        whose `embed` makes them."""
-        return None
-
-    def offline_judgements(
-        self,
-        ctx: Context[P],
-        judge: str,
-        spec: JudgeSpec,
-        dataset: Sequence[D],
-        gens: Sequence[Generation],
-    ) -> list[Judgement]:
-        """Judgements that need no model: a replayed release (provider published)."""
-        raise ConfigError(f"judges.{judge}: {self.name} has no released judgements to replay")
-
-    # ---- aggregate and report
-
-    # The result model (pipeline/core/results.py): the metrics, declared once (the first is the
-    # main one: headlines, plots, rankings), the row keys the benchmark adds to (model, system,
-    # setting, judge), and what an ok generation without a judgement is: an error, or counted
-    # (`n_unjudged`, e.g. a judge that rates a sample).
     metrics: ClassVar[tuple[Metric, ...]] = ()
-    group_keys: ClassVar[tuple[str, ...]] = ()
-    unjudged: ClassVar[Literal["error", "count"]] = "error"
+    results: ClassVar[Results] = Results()
 
     def item_score(
         self, ctx: Context[P], item: Any, generation: Generation, judgement: Judgement
     ) -> Outcome:
         """One judged generation's score (`Scored`), or why it is left out (`Excluded`,
-        `Invalid`). Benchmarks that declare `metrics` implement it."""
+        `Invalid`)."""
         raise NotImplementedError(f"{self.name} declares no item scores")
 
     def scored_items(self, dataset: Sequence[D]) -> Mapping[str, Any]:
@@ -756,119 +888,7 @@ class Benchmark(ABC, Generic[P, D, I]):
     def row_extra(self, ctx: Context[P], row: ResultRow, scores: Sequence[ItemScore]) -> None:
         """Add the benchmark's own columns to a row (`row.extra`), e.g. its knobs."""
 
-    def row_order(self, row: ResultRow) -> tuple[Any, ...]:
-        return (row.system, row.setting, row.judge, row.model, *row.keys.values())
-
-    def aggregate(self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]) -> Aggregated:
-        """Judgements -> rows, the metrics file, its summary, the report and the MLflow runs.
-        By default all of it from the declared `metrics` and `item_score`; a benchmark with
-        paper-specific tables adds them around `score`."""
-        rows, scores = self.score(ctx, dataset, runs)
-        return self.aggregated(rows, scores)
-
-    def score(
-        self, ctx: Context[P], dataset: Sequence[D], runs: Sequence[Run]
-    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
-        """The typed rows, sorted (`row_order`), and per row key the item scores behind it."""
-        if not self.metrics:
-            raise NotImplementedError(f"{self.name} declares no metrics")
-        if self.metrics[0].higher_is_better is None:  # it ranks the rows
-            raise NotImplementedError(f"{self.name}: the main metric must have a better direction")
-        scoring = score_rows(
-            self.name,
-            self.metrics,
-            runs,
-            self.scored_items(dataset),
-            lambda item, g, j: self.item_score(ctx, item, g, j),
-            group_keys=self.group_keys,
-            unjudged=self.unjudged,
-            failed_keys=lambda item, g: self.failed_keys(ctx, item, g),
-            failed_outcome=lambda item, g: self.failed_outcome(ctx, item, g),
-        )
-        models = getattr(getattr(ctx, "params", None), "models", {})
-        seed = getattr(getattr(ctx, "params", None), "seed", 0)
-        main = self.metrics[0]
-        for row in scoring.rows:
-            low, high = interval(main, scoring.items[row.key], seed)
-            row.metrics[f"{main.name}_ci_low"], row.metrics[f"{main.name}_ci_high"] = low, high
-            self.row_extra(ctx, row, scoring.items[row.key])
-            cut = getattr(models.get(row.model), "slice", {}).get(self.name)
-            if cut is not None:  # the model's own slice: say which items the row covers
-                row.extra["slice"] = cut.describe()
-        return sorted(scoring.rows, key=self.row_order), scoring.items
-
-    def aggregated(
-        self,
-        rows: Sequence[ResultRow],
-        scores: Mapping[RowKey, Sequence[ItemScore]],
-        *,
-        metrics: Mapping[str, Any] | None = None,
-        report: Sequence[str] = (),
-        figures: Mapping[str, bytes] | None = None,
-        table: bool = True,
-    ) -> Aggregated:
-        """The metrics file (`rows` plus the benchmark's other sections), its summary, the
-        report (the generic table unless `table` is False, then `report` lines) and one MLflow
-        run per row."""
-        from pipeline.core.markdown import results_table
-
-        flat = [r.flat() for r in rows]
-        title = self.title or self.name
-        return Aggregated(
-            metrics={"rows": flat, **(metrics or {})},
-            summary=self.summary(rows),
-            report="\n".join(
-                [f"# {title}", "", *(results_table(self.metrics, flat) if table else []), *report]
-            ).rstrip()
-            + "\n",
-            runs=[self.run_row(r, scores.get(r.key, ())) for r in rows],
-            figures=figures or {},
-        )
-
-    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
-        """{judge: {system/setting[/keys]: main metric}} for `dvc metrics show/diff`."""
-        main = self.metrics[0].name
-        out: dict[str, dict[str, float | None]] = {}
-        for r in rows:
-            name = "/".join([r.system, r.setting, *r.keys.values()])
-            out.setdefault(r.judge, {})[name] = r.metrics.get(main)
-        return out
-
-    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
-        """One MLflow run: the metrics and counters as metrics, the row's keys as params, the
-        item scores (what `lfbench compare` pairs) and the row as artifacts."""
-        numbers = {k: float(v) for k, v in row.metrics.items() if v is not None}
-        numbers |= {k: float(getattr(row.counts, k)) for k in COUNTERS}
-        numbers |= {k: float(v) for k, v in row.spend.model_dump().items()}
-        numbers |= {
-            k: float(v)
-            for k, v in row.extra.items()
-            if k.startswith("n_") and isinstance(v, int | float) and not isinstance(v, bool)
-        }
-        ident = {"system": row.system, "setting": row.setting, "judge": row.judge, **row.keys}
-        return RunRow(
-            key="|".join(row.key),
-            name=" / ".join(ident.values()),
-            metrics=numbers,
-            params={**ident, "model": row.model},
-            tags={"setting": row.setting, "model.name": row.system, **row.keys},
-            artifacts={"items.jsonl": [item_record(s) for s in scores], "row.json": row.flat()},
-            model=row.model,
-            judge=row.judge,
-        )
-
-    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
-        """This benchmark's part of `lfbench report`, from its metrics file (`where`)."""
-        from pipeline.core.markdown import need, results_table
-
-        rows = metrics["rows"]
-        for n, r in enumerate(rows, 1):
-            need(r, ("system", "setting", "judge", *(m.name for m in self.metrics)), where, n)
-        return ReportSection([f"From {where}.", "", *results_table(self.metrics, rows)])
-
 
 AnyBenchmark: TypeAlias = Benchmark[Any, Any, Any]
 # Short names for the signatures of the benchmark packages.
 Gens: TypeAlias = Sequence[Generation]
-Rows: TypeAlias = list[dict[str, Any]]  # a metrics file's rows
-Details: TypeAlias = dict[tuple[str, ...], list[dict[str, Any]]]  # item-level detail per row

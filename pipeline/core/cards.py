@@ -9,7 +9,7 @@ Fields and where they come from:
 
 - `kappa`, `kappa_ci_low/high`: Cohen's kappa of the judge's labels against the reference's on
   the same units (`kappa_kind` says which classes), with a seeded 95% percentile-bootstrap
-  interval resampling the label pairs (`kappa_interval`);
+  interval resampling the label pairs (`pipeline.metrics.agreement.kappa_interval`);
 - `pearson`: Pearson correlation of the judge's scores and the reference's on those units;
 - `linking_accuracy` (percent) and `n_linked`: where the judge names the evidence a unit rests
   on (SummHay: the summary bullet covering an insight), how often it is the bullet the people
@@ -28,7 +28,6 @@ Fields and where they come from:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from typing import Literal
 
@@ -56,38 +55,6 @@ class JudgeCard(BaseModel):
     cost_per_1000: float | None
     cost_note: str
     throughput_stage: str | None  # the stage whose `.lfbench/timing/<stage>.json` times it
-
-
-def _num(x: float) -> float | None:
-    return None if math.isnan(x) else float(x)
-
-
-def kappa_interval(
-    judge: Sequence[Hashable],
-    reference: Sequence[Hashable],
-    categories: Sequence[Hashable],
-    *,
-    n_resamples: int,
-    seed: int,
-) -> tuple[float | None, float | None, float | None]:
-    """Cohen's kappa (unweighted) and its 95% percentile-bootstrap interval, resampling the
-    label pairs with a seeded generator. None where undefined (a single category)."""
-    import numpy as np
-
-    from pipeline.metrics.agreement import bootstrap_ci, cohen_kappa
-
-    code = {c: i for i, c in enumerate(categories)}
-    a = np.asarray([code[x] for x in judge])
-    b = np.asarray([code[x] for x in reference])
-    cats = list(range(len(categories)))
-
-    def stat(x: np.ndarray, y: np.ndarray) -> float:
-        return cohen_kappa(x, y, categories=cats)  # type: ignore[arg-type]
-
-    if n_resamples == 0:
-        return _num(stat(a, b)), None, None
-    ci = bootstrap_ci(stat, a, b, n_resamples=n_resamples, seed=seed)
-    return _num(ci.estimate), _num(ci.low), _num(ci.high)
 
 
 def cost_per_1000(
@@ -123,6 +90,8 @@ def card(
             f"judge {judge}: {len(judge_labels)} labels against {len(reference_labels)}"
         )
     if judge_labels:
+        from pipeline.metrics.agreement import kappa_interval
+
         k, lo, hi = kappa_interval(
             judge_labels, reference_labels, categories, n_resamples=n_resamples, seed=seed
         )

@@ -17,7 +17,7 @@ import io
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -32,12 +32,10 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.core import packages
 from pipeline.core.errors import ConfigError, DataError, format_loc
 from pipeline.core.io import read_text
 from pipeline.core.types import EndpointConfig
-
-if TYPE_CHECKING:
-    from pipeline.core.benchmark import AnyBenchmark
 
 # A models/judges entry name becomes a DVC stage name, a params path (`models.<name>`), a file
 # and folder name (generations/<benchmark>/<name>.jsonl, the journal) and an MLflow tag.
@@ -94,11 +92,15 @@ def known(label: str, names: Iterable[str], allowed: Iterable[str]) -> None:
 
 
 class Strict(BaseModel):
-    """The base of every params model: unknown keys refused, and no NaN or infinity in a float
-    (`.nan`/`.inf` in YAML would reach the wire or a threshold silently). Subclasses that set
-    their own model_config keep these (pydantic merges configs)."""
+    """The base of every params model: unknown keys refused, no NaN or infinity in a float
+    (`.nan`/`.inf` in YAML would reach the wire or a threshold silently), and no conversion of
+    a value's type (pydantic's strict mode: `first: "3"` is not 3, `first: true` is not 1,
+    `length_study: 1` is not true; an int is still a float). Subclasses that set their own
+    model_config keep these (pydantic merges configs). A field that YAML cannot write in its
+    type (a tuple: a YAML list) relaxes the container only: `Annotated[tuple[StrictInt,
+    StrictInt], pydantic.Strict(False)]`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 # ---------------------------------------------------------------- models under test
@@ -133,6 +135,12 @@ class Slice(Strict):
         wanted = set(self.items or ())
         kept = [i for i in ids if not wanted or i in wanted or i.split("/", 1)[0] in wanted]
         return kept[: self.first] if self.first is not None else kept
+
+    def unknown(self, ids: Sequence[str]) -> list[str]:
+        """The names in `items` that match no id of `ids` (neither an id nor its part before a
+        `/`): a typo, or an item of another dataset."""
+        known = set(ids) | {i.split("/", 1)[0] for i in ids}
+        return [n for n in self.items or () if n not in known]
 
     def describe(self) -> str:
         parts = [",".join(self.items)] if self.items else []
@@ -345,10 +353,8 @@ CORE_JUDGE_PROVIDERS: dict[str, type[BaseModel]] = {
 
 def owner_of(provider: str) -> str | None:
     """The benchmark that defines a non-core provider (`<benchmark>-<kind>`), if it exists."""
-    from pipeline.core import registry
-
     head, sep, _ = provider.partition("-")
-    return head if sep and head in registry.names() else None
+    return head if sep and head in packages.names() else None
 
 
 _TAGS = {
@@ -424,6 +430,10 @@ class BenchmarkParams(Strict):
         no_repeats(models=self.models, judges=self.judges)
         return self
 
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return None
+
 
 S = TypeVar("S", bound=BenchmarkParams)
 
@@ -468,13 +478,11 @@ class Params(Strict):
 
     @model_validator(mode="after")
     def _check_names(self) -> Params:
-        from pipeline.core import registry
-
         for key in self.model_extra or {}:
-            if key not in registry.names():
+            if key not in packages.names():
                 raise ValueError(
                     f"unknown section {key!r}: not a benchmark (benchmarks:"
-                    f" {', '.join(registry.names())})"
+                    f" {', '.join(packages.names())})"
                 )
         return self
 
@@ -507,6 +515,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+            raise ConfigError(
+                f"{node.start_mark.name}: line {key_node.start_mark.line + 1}: a key that is a"
+                f" {kind} (YAML's complex keys: `? ...`, `[a, b]: ...`); a key must be a name"
+            )
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise ConfigError(
@@ -530,12 +544,31 @@ def load_yaml(path: Path) -> Any:
     stream = io.StringIO(text)
     stream.name = str(path)  # named in the loader's marks (a duplicate key's line)
     try:
+        _refuse_aliases(text, path)
         return yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
 
 
-def _invalid(
+def _refuse_aliases(text: str, path: Path) -> None:
+    """YAML anchors and aliases (`&name`, `*name`) are refused, before the document is built:
+    each alias repeats a whole subtree, so a few lines can stand for billions of nodes (an
+    "alias bomb": DVC's own parser, which reads params.yaml on every `dvc status`, expands it for
+    minutes or runs out of memory), and a value written once and used in several places hides
+    from DVC which keys a stage really depends on. Write each value out."""
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, yaml.AnchorToken | yaml.AliasToken):
+            what = "an anchor" if isinstance(token, yaml.AnchorToken) else "an alias"
+            sign = "&" if isinstance(token, yaml.AnchorToken) else "*"
+            raise ConfigError(
+                f"{path}: line {token.start_mark.line + 1}: {what} ({sign}{token.value}):"
+                " YAML anchors and aliases are refused (DVC expands every alias when it reads"
+                " the file, and a few nested ones stall `dvc status` for minutes: an alias"
+                " bomb); write the value out where it is used"
+            )
+
+
+def invalid(
     path: Path | str, e: ValidationError, prefix: tuple[int | str, ...] = ()
 ) -> ConfigError:
     lines = []
@@ -548,145 +581,5 @@ def _invalid(
     return ConfigError(f"{path} is invalid:\n" + "\n".join(lines))
 
 
-def _problem(path: Path | str, where: str, message: str) -> ConfigError:
+def problem(path: Path | str, where: str, message: str) -> ConfigError:
     return ConfigError(f"{path} is invalid:\n  {where}: {message}")
-
-
-def validate_params(
-    raw: Any, path: Path | str = "params.yaml", benchmarks: Iterable[str] | None = None
-) -> Params:
-    """Validate a parsed params document: the core, then the benchmark sections named in
-    `benchmarks` (None: every section present), each with its package's own params model, the
-    model and judge entries of the providers that package defines, and the cross-references
-    between the section and the entries."""
-    from pipeline.core import registry
-
-    try:
-        params = Params.model_validate(raw)
-    except ValidationError as e:
-        raise _invalid(path, e) from e
-    names = params.benchmarks() if benchmarks is None else list(benchmarks)
-    models: dict[str, Any] = dict(params.models)
-    judges: dict[str, Any] = dict(params.judges)
-    sections: dict[str, BenchmarkParams] = {}
-    for name in names:
-        bench = registry.get(name)
-        raw_section = params.raw_section(name)
-        if raw_section is None:
-            raise ConfigError(f"{path} has no {name} section (the {name} benchmark's params)")
-        try:
-            sections[name] = bench.params_model.model_validate(raw_section)
-        except ValidationError as e:
-            raise _invalid(path, e, (name,)) from e
-        for kind, entries, owned in (
-            ("models", models, bench.model_specs),
-            ("judges", judges, bench.judge_specs),
-        ):
-            by_provider = {_provider_of(cls): cls for cls in owned}
-            for entry, spec in entries.items():
-                if not isinstance(spec, OwnedModel | OwnedJudge) or owner_of(spec.provider) != name:
-                    continue
-                cls = by_provider.get(spec.provider)
-                if cls is None:
-                    raise _problem(
-                        path,
-                        f"{kind}.{entry}.provider",
-                        f"benchmark {name} defines no provider {spec.provider!r}"
-                        f" (it defines: {', '.join(by_provider) or 'none'})",
-                    )
-                try:
-                    entries[entry] = cls.model_validate(spec.model_dump())
-                except ValidationError as e:
-                    raise _invalid(path, e, (kind, entry)) from e
-    params = params.model_copy(update={"models": models, "judges": judges})
-    for entry, spec in judges.items():
-        for model in spec.models if isinstance(getattr(spec, "models", None), list) else ():
-            if model not in models:
-                raise _problem(
-                    path,
-                    f"judges.{entry}.models",
-                    f"names {model!r}, which is not defined under models",
-                )
-    for name, section in sections.items():
-        _check_section(registry.get(name), section, params, path)
-    if benchmarks is None:
-        _check_slices(params, sections, path)
-    params._sections.update(sections)
-    return params
-
-
-def _check_slices(
-    params: Params, sections: Mapping[str, BenchmarkParams], path: Path | str
-) -> None:
-    """A model's slice names benchmarks that run it."""
-    for entry, spec in params.models.items():
-        for bench in getattr(spec, "slice", {}) or {}:
-            if bench not in sections:
-                raise _problem(
-                    path, f"models.{entry}.slice.{bench}", f"no benchmark section {bench!r}"
-                )
-            if entry not in sections[bench].models:
-                raise _problem(
-                    path,
-                    f"models.{entry}.slice.{bench}",
-                    f"{bench}.models does not list {entry!r}: the slice would never be used",
-                )
-
-
-def _provider_of(cls: type[BaseModel]) -> str:
-    field = cls.model_fields["provider"]
-    args: tuple[Any, ...] = getattr(field.annotation, "__args__", ())
-    if len(args) != 1 or not isinstance(args[0], str):
-        raise TypeError(f"{cls.__name__}.provider must be a Literal of one provider name")
-    return str(args[0])
-
-
-def _check_section(
-    bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
-) -> None:
-    """The section's model and judge lists against the entries: defined, and runnable here."""
-    name = bench.name
-    for kind, listed, entries, core in (
-        ("models", section.models, params.models, bench.model_providers),
-        ("judges", section.judges, params.judges, bench.judge_providers),
-    ):
-        for entry in listed:
-            if entry not in entries:
-                raise _problem(
-                    path, f"{name}.{kind}", f"names {entry!r}, which is not defined under {kind}"
-                )
-            spec = entries[entry]
-            provider = spec.provider
-            if owner_of(provider) is not None:
-                if owner_of(provider) != name:
-                    raise _problem(
-                        path,
-                        f"{name}.{kind}",
-                        f"{entry!r} has provider {provider}, which belongs to benchmark"
-                        f" {owner_of(provider)}",
-                    )
-            elif provider not in core:
-                raise _problem(
-                    path,
-                    f"{name}.{kind}",
-                    f"{entry!r} has provider {provider}, which {name} cannot run"
-                    f" (it runs: {', '.join(sorted(core))} and its own providers)",
-                )
-            replayed = getattr(spec, "benchmark", None)
-            if provider == "published" and replayed not in (None, name):
-                raise _problem(
-                    path,
-                    f"{name}.{kind}",
-                    f"{entry!r} replays {replayed} outputs, not {name}'s",
-                )
-    try:
-        bench.check_params(section, params)
-    except ValueError as e:
-        raise _problem(path, name, str(e)) from e
-
-
-def load_params(
-    path: Path = Path("params.yaml"), benchmarks: Iterable[str] | None = None
-) -> Params:
-    """params.yaml, validated: the core and the named benchmark sections (None: all)."""
-    return validate_params(load_yaml(path), path, benchmarks)

@@ -98,6 +98,14 @@ def check_output(path: Path) -> None:
         raise DataError(f"cannot write in {parent}: {e.strerror or e}", file=str(path)) from e
 
 
+def check_output_dir(path: Path) -> None:
+    """A folder outputs can be written in at `path` (made if missing): not a file, and the
+    nearest folder on its way that exists can be written in. Called before the work."""
+    if path.exists() and not path.is_dir():
+        raise DataError("is a file, not a folder; name a folder to write in", file=str(path))
+    check_output(path / ".lfbench-probe")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 

@@ -72,11 +72,13 @@ def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> 
     shown = [m for m in metrics if any(r.get(m.name) is not None for r in rows)] or list(metrics)
     counters = [c for c in ("n_items", "n_scored") if any(c in r for r in rows)]
     left = [c for c in COUNTERS if c not in counters and any(r.get(c) for r in rows)]
+    flagged = any(r.get("flags") for r in rows)
     head = [
         *keys,
         *extra,
         *(_metric_head(m) for m in shown),
         *(c.removeprefix("n_").replace("_", " ") for c in (*counters, *left)),
+        *(["flags"] if flagged else []),
     ]
     body = [
         [
@@ -84,7 +86,36 @@ def results_table(metrics: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> 
             *(r.get(k) for k in extra),
             *(_cell(r, m, n == 0) for n, m in enumerate(shown)),
             *(r.get(c, 0) for c in (*counters, *left)),
+            *([flag_cell(r)] if flagged else []),
         ]
         for r in rows
     ]
     return table(head, body)
+
+
+def flag_cell(row: Mapping[str, Any]) -> str:
+    """A row's flags in a table cell: their names, with the copy rate (`copied 0.93`)."""
+    names = []
+    for flag in row.get("flags") or ():
+        name = str(flag).split(":", 1)[0]
+        rate = row.get("copy_rate")
+        names.append(f"{name} {rate:.2f}" if name == "copied" and rate is not None else name)
+    return ", ".join(names)
+
+
+def flagged_rows(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ()) -> list[str]:
+    """A report section of the rows that carry flags (none: no section)."""
+    found = [r for r in rows if r.get("flags")]
+    if not found:
+        return []
+    who = [k for k in ("system", "setting", "judge", *keys) if any(k in r for r in found)]
+    lines = [
+        "### Flagged rows",
+        "",
+        "Read these rows' numbers with care (`flags` in the metrics file, the MLflow tag"
+        " `lfbench.flags`):",
+        "",
+    ]
+    for r in found:
+        lines += [f"- {' / '.join(str(r.get(k)) for k in who)}: " + "; ".join(r["flags"])]
+    return [*lines, ""]

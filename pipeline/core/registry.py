@@ -10,9 +10,7 @@ with `_` (the `_template`) are not benchmarks.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import traceback
-from functools import cache
 from typing import TYPE_CHECKING
 
 from pipeline.core.errors import ConfigError
@@ -20,22 +18,10 @@ from pipeline.core.errors import ConfigError
 if TYPE_CHECKING:
     from pipeline.core.benchmark import AnyBenchmark
 
-PACKAGE = "pipeline.benchmarks"
+from pipeline.core.packages import PACKAGE as PACKAGE
+from pipeline.core.packages import names as names
 
 _REGISTRY: dict[str, AnyBenchmark] = {}
-
-
-@cache
-def names() -> tuple[str, ...]:
-    """Every benchmark package's name, sorted (found on disk, none imported)."""
-    pkg = importlib.import_module(PACKAGE)
-    return tuple(
-        sorted(
-            m.name
-            for m in pkgutil.iter_modules(pkg.__path__)
-            if m.ispkg and not m.name.startswith("_")
-        )
-    )
 
 
 def register(benchmark: AnyBenchmark) -> AnyBenchmark:

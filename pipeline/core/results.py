@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import fsum
-from statistics import fmean
+from statistics import fmean, median
 from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,8 +32,6 @@ from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
 
 Pool: TypeAlias = Literal["mean", "ratio"]
-# The keys that name every result row, in this order; a benchmark adds its own (`group_keys`).
-ROW_KEYS = ("benchmark", "model", "system", "setting", "judge")
 
 
 @dataclass(frozen=True)
@@ -123,12 +121,17 @@ class Counts(BaseModel):
     n_invalid: int = 0  # left out: unusable (the judge's verdicts, or the benchmark's rule)
     n_invalid_verdicts: int = 0  # verdicts the judge could not give (in scored items too)
     n_truncated: int = 0  # answers the server cut (length, content filter), kept and scored
+    # answers whose prompt and answer went past the model's declared context window (a model
+    # fed more than it was trained on answers nonsense); none declared: 0
+    n_over_context: int = 0
     n_excluded: int = 0  # left out by the benchmark's rule, reasons in `excluded`
     excluded: dict[str, int] = Field(default_factory=dict)
     invalid_reasons: dict[str, int] = Field(default_factory=dict)  # why, for n_invalid
 
 
 REASONS = ("excluded", "invalid_reasons")  # the counters by reason
+# Counters added after metrics files were written without them: a reader takes them as 0.
+LATER_COUNTERS = frozenset({"n_over_context"})
 COUNTERS = tuple(k for k in Counts.model_fields if k not in REASONS)
 
 
@@ -148,9 +151,39 @@ class Spend(BaseModel):
             self.cost_usd += u.cost_usd
 
 
+# A row whose answers' median copy rate reaches this copies its context (a base model echoes
+# its documents): its scores say little about summarising (pipeline/core/copying.py).
+COPIED_MEDIAN = 0.8
+
+
+def row_flags(copy_rate: float | None, counts: Counts) -> list[str]:
+    """Why a row's numbers should not be read as they stand: the answers copy their context,
+    went past the model's context window, or were cut. Shown wherever the row is (metrics file,
+    report, MLflow tag `lfbench.flags`, `lfbench compare`)."""
+    out = []
+    if copy_rate is not None and copy_rate >= COPIED_MEDIAN:
+        out.append(
+            f"copied: the answers copy their context (median copy rate {copy_rate:.2f}): a base"
+            " model echoing its documents, not a summary"
+        )
+    if counts.n_over_context:
+        out.append(
+            f"over context: {counts.n_over_context} of {counts.n_items} prompts went past the"
+            " model's context window (context_window): its answers to them can be nonsense"
+        )
+    if counts.n_truncated:
+        out.append(
+            f"truncated: {counts.n_truncated} of {counts.n_items} answers were cut (length or"
+            " content filter)"
+        )
+    return out
+
+
 class ResultRow(BaseModel):
     """One result: who (model entry, system, setting, judge and the benchmark's own keys), the
-    pooled metrics, the counters and the benchmark's extra columns (e.g. knobs)."""
+    pooled metrics, the counters and the benchmark's extra columns (e.g. knobs). `copy_rates`
+    are its answers' copy rates (answers of a model with calls), kept to pool rows (`combine`):
+    the row holds their median, `copy_rate`, and its `flags`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -164,6 +197,16 @@ class ResultRow(BaseModel):
     counts: Counts = Field(default_factory=Counts)
     spend: Spend = Field(default_factory=Spend)
     extra: dict[str, Any] = Field(default_factory=dict)
+    copy_rates: list[float] = Field(default_factory=list, exclude=True)
+
+    @property
+    def copy_rate(self) -> float | None:
+        """The median copy rate of the row's answers (None: no answer of a model with calls)."""
+        return round(median(self.copy_rates), 4) if self.copy_rates else None
+
+    @property
+    def flags(self) -> list[str]:
+        return row_flags(self.copy_rate, self.counts)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -181,8 +224,60 @@ class ResultRow(BaseModel):
             **self.metrics,
             **self.counts.model_dump(),
             **self.spend.model_dump() | {"cost_usd": round(self.spend.cost_usd, 6)},
+            "copy_rate": self.copy_rate,
+            "flags": self.flags,
             **self.extra,
         }
+
+
+# ---------------------------------------------------------------- declarations
+
+RowName: TypeAlias = tuple[str, ...] | Callable[[Mapping[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """How the rows appear in `metrics/<name>.summary.json` (what `dvc metrics show/diff` read):
+    `{group: {name: value}}`, `group` and `name` each the row's fields joined by `/` (or a
+    function of the row). The value is the main metric (`metrics=()`) or `{metric: value}` of
+    the metrics named; rounded to `digits`; a None value is kept unless `keep_none` is False."""
+
+    group: RowName = ("judge",)
+    name: RowName | None = None  # None: system, setting and the group keys
+    metrics: tuple[str, ...] = ()
+    digits: int | None = None
+    keep_none: bool = True
+
+
+@dataclass(frozen=True)
+class RunFields:
+    """What a row's MLflow run shows beside its metrics, counters and keys (all from the row's
+    columns): `params` and `tags` (MLflow name -> column), `metrics` (number columns, None left
+    out), `breakdowns` (columns `by_<part>` = `{group: {metric: value}}`, logged as metrics
+    `<metric>.<part>.<group>`), `section_params` (MLflow name -> a dotted path in the benchmark's
+    params section) and the run's `name` (default: its keys joined by ` / `)."""
+
+    params: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
+    breakdowns: tuple[str, ...] = ()
+    section_params: Mapping[str, str] = field(default_factory=dict)
+    name: Callable[[Mapping[str, Any]], str] | None = None
+
+
+@dataclass(frozen=True)
+class Results:
+    """A benchmark's result rows, declared (beside its `metrics`): the row keys it adds to
+    (model, system, setting, judge), what an ok generation without a judgement is (an error, or
+    counted `n_unjudged`, e.g. a judge that rates a sample), the rows' order, the metrics its DVC
+    plots show (`reports/<name>.points.json`; () writes none), the summary and the MLflow runs."""
+
+    group_keys: tuple[str, ...] = ()
+    unjudged: Literal["error", "count"] = "error"
+    order: Callable[[ResultRow], tuple[Any, ...]] | None = None
+    plotted: tuple[str, ...] = ()
+    summary: Summary = Summary()
+    runs: RunFields = RunFields()
 
 
 # ---------------------------------------------------------------- pooling
@@ -357,6 +452,15 @@ class _Cell:
     counts: Counts = field(default_factory=Counts)
     spend: Spend = field(default_factory=Spend)
     scores: list[ItemScore] = field(default_factory=list)
+    copy_rates: list[float] = field(default_factory=list)
+
+    def answered(self, g: Generation) -> None:
+        """What a kept answer says about the row beyond its score: its copy rate, and whether
+        it went past the model's context window (the generate stage's meta)."""
+        rate = g.meta.get("copy_rate")
+        if isinstance(rate, int | float) and not isinstance(rate, bool):
+            self.copy_rates.append(float(rate))
+        self.counts.n_over_context += bool(g.meta.get("over_context"))
 
 
 @dataclass(frozen=True)
@@ -382,6 +486,39 @@ def _cell(
 def _unscorable(g: Generation, j: Judgement) -> bool:
     """A failed generation or judgement: counted in its rows, not scored."""
     return g.status != "ok" or j.status == "error"
+
+
+def check_declared(benchmark: str, metrics: Sequence[Metric], score: ItemScore, where: str) -> None:
+    """An item score gives every declared metric and no other: a `mean` metric its value in
+    `values` (None: undefined for this item), a `ratio` metric its (numerator, denominator) in
+    `parts` (or None in `values`: undefined). Else a DataError naming the benchmark, the
+    generation's file and line, the item and the key."""
+    declared = {m.name: m for m in metrics}
+
+    def fail(key: str, problem: str) -> DataError:
+        return DataError(
+            f"{benchmark}: the item score {problem}", file=where, item=score.item_id, field=key
+        )
+
+    names = ", ".join(declared)
+    for key in (*score.values, *score.parts):
+        if key not in declared:
+            raise fail(key, f"names the metric {key!r}, which {benchmark} does not declare"
+                            f" (it declares: {names})")  # fmt: skip
+    for m in metrics:
+        if m.pool == "mean":
+            if m.name in score.parts:
+                raise fail(m.name, f"gives parts of {m.name!r}, a mean metric (give its value)")
+            if m.name not in score.values:
+                raise fail(m.name, f"has no value of {m.name!r} (None says it is undefined)")
+        else:
+            if score.values.get(m.name) is not None:
+                raise fail(m.name, f"gives a value of {m.name!r}, a ratio metric (give parts)")
+            if m.name not in score.parts and m.name not in score.values:
+                raise fail(
+                    m.name,
+                    f"has no parts of {m.name!r} (a None value says it is undefined)",
+                )
 
 
 def score_rows(
@@ -456,6 +593,9 @@ def score_rows(
                             c.n_failed_judgements += 1
                     continue
                 outcome = next(scored)
+                if isinstance(outcome, Scored):
+                    for s in outcome.scores:
+                        check_declared(benchmark, metrics, s, jn.where)
             truncated = bool(g.meta.get("truncated"))
             usage = [g.usage, *([j.usage] if j is not None else [])]
             if isinstance(outcome, Scored):
@@ -465,6 +605,7 @@ def score_rows(
                 # counted once per row the item reached
                 for reached in {_key(head, s.keys, group_keys) for s in outcome.scores}:
                     cells[reached].spend.add(*usage)
+                    cells[reached].answered(g)
                     c = cells[reached].counts
                     c.n_items += 1
                     c.n_scored += 1
@@ -473,6 +614,7 @@ def score_rows(
                 continue
             cell = _cell(cells, head, outcome.keys, group_keys)
             cell.spend.add(*usage)
+            cell.answered(g)
             c = cell.counts
             c.n_items += 1
             c.n_truncated += truncated
@@ -497,6 +639,7 @@ def score_rows(
             metrics={m.name: pool(m, cell.scores) for m in metrics},
             counts=cell.counts,
             spend=cell.spend,
+            copy_rates=cell.copy_rates,
         )
         rows.append(row)
         by_key[key] = cell.scores
@@ -531,6 +674,7 @@ def combine(
             "counts": counts,
             "spend": spend,
             "extra": {},
+            "copy_rates": [c for r in rows for c in r.copy_rates],
         }
     )
     return row, joined

@@ -20,8 +20,9 @@ LOCAL_EMBEDDING_MODEL = (
 class EndpointConfig(BaseModel):
     """One OpenAI-compatible endpoint and model, with its sampling and client settings."""
 
-    # allow_inf_nan: a `.nan` temperature or price must not reach the wire or the cost.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # allow_inf_nan: a `.nan` temperature or price must not reach the wire or the cost; strict:
+    # `max_tokens: "512"` or `seed: true` is an error, not a conversion (see config.Strict).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     base_url: str
     model: str

@@ -13,14 +13,15 @@ Every entry carries a SHA-256 of its content, checked on every read: an entry th
 refused, counted (``corrupt``), logged with its key, and fetched again (the new answer overwrites
 it). A cache hit is therefore always the bytes that were stored.
 
-Claims (a cache named by ``LFBENCH_CACHE_URL``, i.e. one that several workspaces or machines share;
-the workspace's own SQLite file has one user at a time and skips them, one write transaction per
-request less): a worker that is about to send a request first claims its key (a row in ``claims``
-with an owner and a lease). Another worker that needs the same key at the same moment waits for the
-answer instead of sending it again. The owner renews its leases while it lives (a heartbeat
-thread); a worker that dies stops renewing, its leases run out, and a waiting worker claims the key
-and sends it. An answer and the release of its claim are one transaction, and a worker re-reads the
-cache after winning a claim, so no answer is ever fetched twice by two live workers.
+Claims (a cache named by ``LFBENCH_CACHE_URL``, i.e. one that several workspaces or machines share,
+and the workspace's own SQLite file while `lfbench repro --jobs` runs stages side by side; under
+`dvc repro` it has one user at a time and skips them, one write transaction per request less): a
+worker that is about to send a request first claims its key (a row in ``claims`` with an owner and
+a lease). Another worker that needs the same key at the same moment waits for the answer instead
+of sending it again. The owner renews its leases while it lives (a heartbeat thread); a worker
+that dies stops renewing, its leases run out, and a waiting worker claims the key and sends it.
+An answer and the release of its claim are one transaction, and a worker re-reads the cache after
+winning a claim, so no answer is ever fetched twice by two live workers.
 
 Lookups are batched; writes go through a writer thread that commits in batches, so the event
 loop never waits for the database.
@@ -55,6 +56,7 @@ from pipeline.core.errors import LfbenchError, StageFailed
 log = logging.getLogger("lfbench.llm")
 
 CACHE_URL_ENV = "LFBENCH_CACHE_URL"
+CLAIMS_ENV = "LFBENCH_CACHE_CLAIMS"
 LEASE_S = 30.0  # a claim's lease (LFBENCH_CACHE_LEASE_S); renewed every third of it
 _BUSY_TIMEOUT_MS = 60_000
 _COLUMNS = "key, text, finish_reason, input_tokens, output_tokens, model, checksum"
@@ -268,10 +270,12 @@ def _backfill_checksums(b: _Backend, conn: Any) -> None:
 
 def backend_for(default_path: Path | None) -> _Backend | None:
     """The cache ``LFBENCH_CACHE_URL`` names, else the SQLite file at `default_path` (None: no
-    cache)."""
+    cache), with claims when ``LFBENCH_CACHE_CLAIMS=1`` (`lfbench repro --jobs` sets it: its
+    stages share the workspace's file at the same time)."""
     url = os.environ.get(CACHE_URL_ENV, "").strip()
     if not url:
-        return _Sqlite(default_path) if default_path is not None else None
+        claims = os.environ.get(CLAIMS_ENV, "").strip() == "1"
+        return _Sqlite(default_path, shared=claims) if default_path is not None else None
     scheme = urlsplit(url).scheme
     if scheme in ("postgresql", "postgres"):
         return _Postgres(url)

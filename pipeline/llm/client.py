@@ -127,8 +127,32 @@ def cache_key(endpoint: EndpointConfig, request: ChatRequest) -> str:
 
 
 def write_usage(path: Path, report: UsageReport) -> None:
-    """Write a usage report as JSON, atomically."""
-    write_json(path, report.model_dump(mode="json"))
+    """Write a usage report as JSON, atomically: what was sent, from where it was answered,
+    tokens and dollars (a DVC output: the same bytes whenever the same requests meet the same
+    cache, so a run side by side writes what a serial one does), and its wall time apart, as run
+    state (`wall_path`)."""
+    data = report.model_dump(mode="json")
+    wall = data.pop("wall_s")
+    write_json(path, data)
+    write_json(wall_path(path), {"wall_s": wall})
+
+
+def wall_path(usage: Path) -> Path:
+    """Where a stage's wall time is kept: run state under `.lfbench/timing/usage/` of the
+    workspace the stage runs in (stages run from the project's root), never in a DVC output."""
+    rel = usage if not usage.is_absolute() else Path(usage.name)
+    with contextlib.suppress(ValueError):
+        rel = usage.resolve().relative_to(Path.cwd().resolve())
+    return Path(".lfbench") / "timing" / "usage" / rel.as_posix().replace("/", "__")
+
+
+def read_wall(usage: Path) -> float | None:
+    """The wall time a stage recorded with its usage file here (None: not run here)."""
+    try:
+        value = json.loads(wall_path(usage).read_text(encoding="utf-8")).get("wall_s")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def cost_usd(endpoint: EndpointConfig, input_tokens: int, output_tokens: int) -> float:
@@ -642,12 +666,49 @@ def _short(text: str, n: int = 300) -> str:
 # ---------------------------------------------------------------- progress
 
 
+class _ProgressFile:
+    """The stage's requests done / total so far, for `lfbench repro`'s live view: written (at
+    most twice a second, atomically) to the file `$LFBENCH_PROGRESS_FILE` names, summed over
+    every batch the stage sends."""
+
+    def __init__(self) -> None:
+        self.done = self.total = self.errors = 0
+        self.written = 0.0
+
+    def add(self, total: int) -> None:
+        self.total += total
+        self.write(force=True)
+
+    def advance(self, ok: bool) -> None:
+        self.done += 1
+        self.errors += 0 if ok else 1
+        self.write(force=self.done == self.total)
+
+    def write(self, force: bool = False) -> None:
+        path = os.environ.get("LFBENCH_PROGRESS_FILE")
+        now = time.monotonic()
+        if not path or (not force and now - self.written < 0.5):
+            return
+        self.written = now
+        body = {"done": self.done, "total": self.total, "errors": self.errors}
+        tmp = Path(f"{path}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(body), encoding="utf-8")
+            tmp.replace(path)
+        except OSError:  # a view's nicety: never a stage's failure
+            pass
+
+
+_PROGRESS_FILE = _ProgressFile()
+
+
 class _Progress:
     def __init__(self, label: str, total: int, enabled: bool) -> None:
         self.label = label
         self.total = total
         self.done = 0
         self.errors = 0
+        _PROGRESS_FILE.add(total)
         self.t0 = time.monotonic()
         self.last_log = self.t0
         self._bar: Any = None
@@ -683,6 +744,7 @@ class _Progress:
         self.done += 1
         if not ok:
             self.errors += 1
+        _PROGRESS_FILE.advance(ok)
         now = time.monotonic()
         rate = self.done / max(now - self.t0, 1e-9)
         if self._bar is not None:

@@ -38,6 +38,7 @@ from threadpoolctl import threadpool_limits
 
 from pipeline.core.progress import Ticker
 from pipeline.local_judge import encoder_onnx
+from pipeline.local_judge.encoder_onnx import default_cache_path as default_cache_path
 
 ENCODER_ID = (
     "all-MiniLM-L6-v2/onnx-int8-u8s8-7bit-per-channel/integer-attention/cpu-portable"
@@ -107,19 +108,6 @@ class EmbeddingCache:
 
     def close(self) -> None:
         self._conn.close()
-
-
-ENV_CACHE = "LFBENCH_EMBEDDING_CACHE"
-
-
-def default_cache_path(root: Path | None = None) -> Path:
-    """`.lfbench/cache/embeddings.sqlite` of the project, or the file $LFBENCH_EMBEDDING_CACHE
-    names (to share one cache between copies of the project, e.g. in tests: its vectors are a
-    pure function of the text, so sharing cannot change a result)."""
-    override = os.environ.get(ENV_CACHE)
-    if override:
-        return Path(override)
-    return (root or Path.cwd()) / ".lfbench" / "cache" / "embeddings.sqlite"
 
 
 class Embedder:

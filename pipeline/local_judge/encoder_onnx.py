@@ -78,6 +78,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -440,10 +441,21 @@ def build(directory: Path, out: Path, *, int8: bool = True) -> Path:
     return out
 
 
+ENV_CACHE = "LFBENCH_EMBEDDING_CACHE"
+
+
+def default_cache_path(root: Path | None = None) -> Path:
+    """`.lfbench/cache/embeddings.sqlite` of the project, or the file $LFBENCH_EMBEDDING_CACHE
+    names (to share one cache between copies of the project, e.g. in tests: its vectors are a
+    pure function of the text, so sharing cannot change a result)."""
+    override = os.environ.get(ENV_CACHE)
+    if override:
+        return Path(override)
+    return (root or Path.cwd()) / ".lfbench" / "cache" / "embeddings.sqlite"
+
+
 def default_dir(root: Path | None = None) -> Path:
     """`.lfbench/cache/onnx` of the project (the same root as the embedding cache)."""
-    from pipeline.local_judge.embeddings import default_cache_path
-
     return default_cache_path(root).parent / "onnx"
 
 

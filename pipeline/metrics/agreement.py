@@ -275,3 +275,31 @@ def bootstrap_ci(
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(arr, [tail, 100 - tail])
     return Interval(estimate, float(low), float(high), n_resamples)
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def kappa_interval(
+    judge: Sequence[Hashable],
+    reference: Sequence[Hashable],
+    categories: Sequence[Hashable],
+    *,
+    n_resamples: int,
+    seed: int,
+) -> tuple[float | None, float | None, float | None]:
+    """Cohen's kappa (unweighted) and its 95% percentile-bootstrap interval, resampling the
+    label pairs with a seeded generator. None where undefined (a single category)."""
+    code = {c: i for i, c in enumerate(categories)}
+    a = np.asarray([code[x] for x in judge])
+    b = np.asarray([code[x] for x in reference])
+    cats = list(range(len(categories)))
+
+    def stat(x: np.ndarray, y: np.ndarray) -> float:
+        return cohen_kappa(x, y, categories=cats)  # type: ignore[arg-type]
+
+    if n_resamples == 0:
+        return _num(stat(a, b)), None, None
+    ci = bootstrap_ci(stat, a, b, n_resamples=n_resamples, seed=seed)
+    return _num(ci.estimate), _num(ci.low), _num(ci.high)

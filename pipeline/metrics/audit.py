@@ -24,7 +24,7 @@ A person labels a sample of n of the N verdicts a judge gave on one run (see
 - `classical_mean`: the interval from the n human labels alone (what an audit without the judge
   would say), for comparison.
 - `audit_kappa`: Cohen's kappa of the judge against the person on the n labelled units, with a
-  seeded percentile-bootstrap interval (`pipeline.core.cards.kappa_interval`).
+  seeded percentile-bootstrap interval (`pipeline.metrics.agreement.kappa_interval`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def audit_kappa(
 ) -> Kappa:
     """Cohen's kappa (unweighted, over the labels of `scale`) of the judge against the person,
     with its seeded 95% percentile-bootstrap interval; None where undefined (one label only)."""
-    from pipeline.core.cards import kappa_interval
+    from pipeline.metrics.agreement import kappa_interval
 
     if len(judge) != len(human):
         raise ValueError(f"{len(judge)} judge labels against {len(human)} human labels")

@@ -21,8 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pipeline.core import aggregation
 from pipeline.core.benchmark import AnyBenchmark, RunRow
-from pipeline.core.config import Params
+from pipeline.core.config import Params, PublishedModel
 from pipeline.core.io import (
     atomic_write_bytes,
     atomic_write_text,
@@ -31,6 +32,7 @@ from pipeline.core.io import (
     read_json,
     write_json,
 )
+from pipeline.core.markdown import flagged_rows
 from pipeline.stages.common import (
     STAGE_USAGE_KEYS,
     StageUsage,
@@ -95,6 +97,27 @@ def entry_sha(entry: BaseModel, benchmark: str) -> str:
     return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
 
+SAMPLING = ("model", "temperature", "top_p", "max_tokens", "seed")
+
+
+def sampling(params: Params, model: str | None, judge: str | None) -> dict[str, str]:
+    """The sampling settings of the row's model and judge entries (those behind an endpoint),
+    as MLflow params a user can filter and compare on (`model.temperature`, `judge.seed`, ...;
+    `none` for a setting left to the server): what `model.entry_sha` digests, readable."""
+    out = {}
+    for role, entry in (
+        ("model", params.models.get(model or "")),
+        ("judge", params.judges.get(judge or "")),
+    ):
+        for field in SAMPLING:
+            if entry is not None and field in type(entry).model_fields:
+                value = getattr(entry, field)
+                out[f"{role}.{'served' if field == 'model' else field}"] = (
+                    "none" if value is None else str(value)
+                )
+    return out
+
+
 def plots_sha(plots: Mapping[str, bytes]) -> str:
     h = hashlib.sha256()
     for name in sorted(plots):
@@ -143,7 +166,7 @@ def run_spec(
         row_key=row.key,
         name=row.name,
         metrics={**row.metrics, **(metrics or {})},
-        params=row.params,
+        params={**row.params, **sampling(params, row.model, row.judge)},
         tags=tags,
         artifacts={**row.artifacts, **row.plots},
         dataset=dataset,
@@ -163,6 +186,7 @@ def aggregate(
     root: Path,
     track: bool = True,
     agreement_path: Path | None = None,
+    released_path: Path | None = None,
 ) -> list[RunRow]:
     if track:
         from pipeline.stages.mlflow_store import preflight
@@ -172,13 +196,21 @@ def aggregate(
     section = ctx.section
     dataset = read_dataset(bench, dataset_path)
     runs = read_runs(params, section.models, section.judges, generations_dir, judgements_dir)
-    result = bench.aggregate(ctx, dataset, runs)
+    result = aggregation.aggregate(bench, ctx, dataset, runs)
     skipped = unjudged_pairs(params, section.models, section.judges)
     written = {**result.metrics, "not_judged": skipped} if skipped else result.metrics
     write_json(metrics_path, written)
+    if released_path is not None:
+        # the released systems' rows alone: a stage that compares with them depends on this
+        # file, so adding or changing your own model does not re-run it
+        released = {m for m in section.models if isinstance(params.models[m], PublishedModel)}
+        rows = [r for r in result.metrics.get("rows", []) if r.get("model") in released]
+        write_json(released_path, {"rows": rows})
     write_json(summary_path, result.summary)
+    flagged = flagged_rows(result.metrics.get("rows", []), FLAG_KEYS)
     atomic_write_text(
-        report_path, result.report + "".join(f"\n{s}" for s in not_judged_lines(skipped))
+        report_path,
+        result.report + "".join(f"\n{s}" for s in (*flagged, *not_judged_lines(skipped))),
     )
     if skipped:
         log.info(
@@ -190,8 +222,9 @@ def aggregate(
         )
     for name, data in result.figures.items():
         atomic_write_bytes(report_path.parent / name, data)
-    if bench.plotted:
-        write_json(points_path(report_path, bench.name), plot_points(bench.plotted, result.runs))
+    plotted = bench.results.plotted
+    if plotted:
+        write_json(points_path(report_path, bench.name), plot_points(plotted, result.runs))
     log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
     usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)
     per_model = model_summary(bench, result.metrics.get("rows", []), usage, section.judges)
@@ -246,6 +279,10 @@ def aggregate(
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
+
+
+# The row keys that name a flagged row in a report, beside system / setting / judge.
+FLAG_KEYS = ("task", "domain", "collection", "mode", "cutoff")
 
 
 def unjudged_pairs(

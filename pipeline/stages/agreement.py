@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo
-from pipeline.core.config import OpenAIJudge, Params, PublishedJudge
+from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo, judge_kind
+from pipeline.core.config import OpenAIJudge, Params, PublishedJudge, PublishedModel
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import (
     atomic_write_bytes,
@@ -71,7 +71,9 @@ def judge_labelled(
     info: dict[str, JudgeInfo] = {}
     for name in ctx.section.judges:
         spec = params.judges[name]
-        if isinstance(spec, PublishedJudge):
+        kind = judge_kind(bench, name, spec)
+        if kind == "released":
+            assert isinstance(spec, PublishedJudge)  # judge_kind says so
             proxy = spec.agreement_proxy
             if proxy is None:
                 continue
@@ -84,7 +86,8 @@ def judge_labelled(
             info[name] = JudgeInfo(
                 f"released predictions of {proxy} (replayed judge)", spec.provider, "published"
             )
-        elif isinstance(spec, OpenAIJudge):
+        elif kind == "llm":
+            assert isinstance(spec, OpenAIJudge)  # judge_kind says so
             stage = agreement_stage(bench.name, name)
             started = time.perf_counter()
             js, report = llm_judgements(bench, ctx, name, spec, items, llm_gens, stage, root)
@@ -131,12 +134,16 @@ def judge_labelled(
 
 
 def pipeline_units(bench: AnyBenchmark, ctx: Context[Any], judgements_dir: Path) -> dict[str, Any]:
-    """Each judge's labels on the pipeline's outputs (every model of the section it judged)."""
+    """Each judge's labels on the released systems' outputs (the section's models with provider
+    `published`), where judges are compared with each other. Your own models' judgements are
+    not read: adding or changing one does not change agreement (and dvc.yaml makes the stage
+    depend on the released systems' judgements alone)."""
     ag = capability(bench)
+    released = [m for m in ctx.section.models if isinstance(ctx.params.models[m], PublishedModel)]
     out = {}
     for judge in ctx.section.judges:
         js: list[Judgement] = []
-        for model in ctx.section.models:
+        for model in released:
             path = judgements_dir / model / f"{judge}.jsonl"
             if path.exists():
                 js += read_jsonl(path, Judgement)

@@ -29,6 +29,7 @@ from pipeline.core.io import iter_lines, read_json, read_jsonl, read_jsonl_lines
 from pipeline.core.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
 from pipeline.core.prompts import load_prompt
 from pipeline.core.types import UsageReport
+from pipeline.llm.client import read_wall
 from pipeline.llm.journal import clear_journal
 
 log = logging.getLogger(__name__)
@@ -276,6 +277,9 @@ def read_usage(path: Path) -> dict[str, float]:
         return {}
     raw = read_json(path)
     out = {k: float(raw[k]) for k in STAGE_USAGE_KEYS if isinstance(raw.get(k), int | float)}
+    wall = read_wall(path)  # run state of this workspace, when the stage ran here
+    if wall is not None:
+        out["wall_s"] = wall
     if "cost_usd" in raw and raw["cost_usd"] is None:  # answers without usage: unknown, not $0
         out["cost_unknown"] = 1.0
     return out

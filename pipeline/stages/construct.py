@@ -69,7 +69,7 @@ def construct(bench: AnyBenchmark, params: Params, data_dir: Path, out: Path, ro
     stage = construct_stage(bench.name)
     ctx = context(bench, params, root, data_dir)
     asker = None
-    llm = bench.construction_llm(ctx.section)
+    llm = ctx.section.construction_llm()
     if llm is not None:
         spec = params.judges.get(llm)
         if not isinstance(spec, OpenAIJudge):
@@ -80,7 +80,7 @@ def construct(bench: AnyBenchmark, params: Params, data_dir: Path, out: Path, ro
     report = report.model_copy(update={"label": stage})
     n = write_jsonl(out, built.records)
     write_usage(usage_path(out), report)
-    if bench.construct_files:
+    if built.files:
         # the dataset's side files (e.g. CRUD-RAG's question caches), in a folder beside it
         folder = files_dir(out)
         folder.mkdir(parents=True, exist_ok=True)

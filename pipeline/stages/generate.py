@@ -84,6 +84,11 @@ def record(
         meta |= {"truncated": True, "truncation": cause}
     if retried:
         meta["retried_max_tokens"] = max_tokens
+    window = spec.context_window
+    if ok and window is not None and r.input_tokens and r.input_tokens + r.output_tokens > window:
+        # the server counted more tokens than the model's declared window (it was started with
+        # a larger one): such an answer can be nonsense; flagged, counted in the row
+        meta |= {"over_context": True, "context_tokens_used": r.input_tokens + r.output_tokens}
     tin = r.input_tokens + (first.input_tokens if first else 0)
     tout = r.output_tokens + (first.output_tokens if first else 0)
     return Generation(
@@ -130,6 +135,13 @@ def sliced(
 ) -> list[Any]:
     """The dataset cut to a model's own slice (`models.<model>.slice.<benchmark>`)."""
     ids = list(bench.items(dataset))
+    unknown = cut.unknown(ids)
+    if unknown:
+        raise ConfigError(
+            f"models.{model}.slice.{bench.name}.items names no item of {where}: "
+            + ", ".join(map(repr, unknown))
+            + f" ({len(ids)} items, e.g. {', '.join(ids[:3])}; a name before a / takes its group)"
+        )
     keep = set(cut.select(ids))
     if not keep:
         raise ConfigError(
@@ -207,6 +219,19 @@ def generate(
             for i, (p, r) in enumerate(zip(planned, results, strict=True))
         ]
         warn_local_model_traps(stage, planned, gens)
+        over = [g for g in gens if g.meta.get("over_context")]
+        if over:
+            log.warning(
+                "%s: %d of %d answers came from a prompt and answer past the model's context"
+                " window (%d tokens; up to %d): a model fed more than it was trained on answers"
+                " nonsense. Their rows are flagged (over context); give the model a shorter"
+                " context, or serve it with at most its window",
+                stage,
+                len(over),
+                len(gens),
+                spec.context_window,
+                max(int(g.meta["context_tokens_used"]) for g in over),
+            )
         truncated = [g for g in gens if g.meta.get("truncated")]
         report = report.model_copy(update={"truncated": len(truncated)})
         if truncated:

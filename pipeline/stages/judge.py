@@ -4,10 +4,13 @@
   one repair, invalid verdicts recorded with the raw answer and counted, never scored);
 - a coverage judge: the local judge (its trained model file) or a no-model judge the benchmark
   defines, on the benchmark's view of each output (`coverage_case`);
-- a replayed release (`published`): the benchmark's released judgements, for released outputs
+- a replayed release (`published`): the benchmark's `released` judgements, for released outputs
   only;
 - a no-model judge the benchmark defines that is not a coverage judge (e.g. CRUX's `labels`):
-  the benchmark's `offline_judgements`.
+  the benchmark's `no_model_judge`.
+
+The kind of judge is resolved once (`pipeline.core.benchmark.judge_kind`), from what the benchmark
+declares.
 
 Outputs whose generation failed are not judged (the aggregate counts them). A pair the judge
 does not judge, by design or by choice (`not_judged`: a replayed judge of a new model; an LLM
@@ -24,8 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge
-from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params, PublishedJudge
+from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge, judge_kind, llm_capability
+from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import read_jsonl, write_jsonl
 from pipeline.core.records import Generation, Judgement, Usage, Verdict
@@ -61,7 +64,7 @@ def llm_judgements(
 
     endpoint = spec.endpoint()
     resolve_api_key(endpoint, f"judges.{judge}")
-    tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
+    tasks = llm_capability(bench).tasks(ctx, spec, items, gens)
     asks = [a for t in tasks for a in t.asks]
     cache, journal = llm_paths(root, stage)
     answers, report = ask_all(
@@ -112,8 +115,8 @@ def llm_judgements(
 
 
 def coverage_judge(bench: AnyBenchmark, judge: str, spec: JudgeSpec, root: Path) -> CoverageJudge:
-    """The local judge (its trained model) or the benchmark's own no-model judge."""
-    if isinstance(spec, LocalJudge):
+    """The local judge (its trained model) or the benchmark's own coverage judge."""
+    if isinstance(spec, LocalJudge):  # the local judge's model file, else the benchmark's own
         from pipeline.local_judge.embeddings import default_cache_path
         from pipeline.local_judge.model import LocalJudge as Model
 
@@ -241,13 +244,16 @@ def judge(
     dataset = read_dataset(bench, dataset_path)
     report: UsageReport
     speed: Throughput | None = None  # how fast it judged: run state (.lfbench/timing)
-    if isinstance(spec, PublishedJudge):
-        js = bench.offline_judgements(ctx, judge_name, spec, dataset, gens)
+    kind = judge_kind(bench, judge_name, spec)
+    if kind == "released":
+        assert bench.released is not None  # judge_kind says so
+        js = bench.released.judgements(ctx, judge_name, spec, dataset, gens)
         report = no_usage(stage)
     else:
         items = bench.items(dataset)
         todo = judgeable(items, gens, str(generations_path))
-        if isinstance(spec, OpenAIJudge):
+        if kind == "llm":
+            assert isinstance(spec, OpenAIJudge)
             started = time.perf_counter()
             js, report = llm_judgements(bench, ctx, judge_name, spec, items, todo, stage, root)
             reused = report.cache_hits + report.journal_hits
@@ -259,15 +265,15 @@ def judge(
                 f"this run's judge calls on {len(todo)} outputs, repairs included; {reused} of"
                 f" {report.items} answers came from the cache or journal",
             )
-        elif not isinstance(spec, LocalJudge) and (
-            bench.coverage is None or bench.coverage.judge(spec) is None
-        ):
+        elif kind == "no_model":
             # a judge the benchmark defines that needs no model (e.g. CRUX's labels), or only
             # embeddings (e.g. CRUD-RAG's text metrics with an embedding similarity)
-            embedder = Embedder(bench.embedding(spec), stage, root)
+            own = bench.no_model_judge
+            assert own is not None  # judge_kind says so
+            embedder = Embedder(own.embedding(spec), stage, root)
             if embedder.wanted:
                 ctx = replace(ctx, embed=embedder)
-            js = bench.offline_judgements(ctx, judge_name, spec, dataset, todo)
+            js = own.judgements(ctx, judge_name, spec, items, todo)
             report = no_usage(stage).model_copy(update={"items": len(js), "ok": len(js)})
             if embedder.report is not None:
                 report = embedder.report.model_copy(update={"items": len(js), "ok": len(js)})

@@ -25,6 +25,16 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 from pipeline.core.errors import LfbenchError
 
+
+def tracking_uri(root: Path) -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    store = root / "mlruns"
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
 # MLflow's HTTP client (mlflow.environment_variables): at most 2 retries after 0 s and 2 s
 # (plus up to 1 s of jitter each), at most 30 s per request.
 HTTP_DEFAULTS = {
@@ -149,8 +159,6 @@ def check_reachable(uri: str) -> None:
 def preflight(root: Path) -> None:
     """Before a command's work whose end is an MLflow sync: the store answers, or one line says
     why not (so a stage or `lfbench track` does not fail after minutes of work)."""
-    from pipeline.stages.tracking import tracking_uri
-
     bounded_http()
     check_reachable(tracking_uri(root))
 

@@ -1,9 +1,9 @@
 """`lfbench plan`: what a `dvc repro` would send, before it sends anything.
 
 For each stage DVC reports changed (`dvc status`, through the `dvc.repo.Repo` API), the requests
-are built exactly as the stage builds them (the benchmark's `plan_generations` and `judge_tasks`,
-the agreement stage's labelled outputs), their cache keys looked up in the response cache and
-the stage's journal (never sent), and counted:
+are built exactly as the stage builds them (the benchmark's `plan_generations` and its LLM
+judge's `tasks`, the agreement stage's labelled outputs), their cache keys looked up in the
+response cache and the stage's journal (never sent), and counted:
 
 - requests: distinct requests the stage would send (cache and journal hits left out);
 - prompt tokens: the built prompts in cl100k_base tokens (`pipeline.retrieval.tokens`), message
@@ -38,13 +38,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context
-from pipeline.core.config import OpenAIJudge, OpenAIModel, Params, PublishedJudge
-from pipeline.core.errors import DataError
+from pipeline.core.benchmark import AnyBenchmark, Context, judge_kind, llm_capability
+from pipeline.core.config import OpenAIJudge, OpenAIModel, Params
+from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import read_json, read_jsonl
 from pipeline.core.records import Generation
 from pipeline.core.types import ChatRequest, EndpointConfig
-from pipeline.llm.client import cache_key, effective_max_tokens
+from pipeline.llm.client import cache_key, effective_max_tokens, read_wall
 from pipeline.stages.common import (
     agreement_stage,
     context,
@@ -140,7 +140,7 @@ class StagePlan:
     prompt_tokens: int = 0
     completion_tokens_max: int = 0
     completion_tokens_est: int | None = None
-    cost_usd_max: float = 0.0
+    cost_usd_max: float | None = 0.0  # None: unknown (the entry sets no prices)
     cost_usd_est: float | None = None
     time_s: float | None = 0.0
     time_basis: str = "no model"
@@ -170,6 +170,15 @@ def message_tokens(request: ChatRequest) -> int:
     return sum(count_tokens_batch([m.get("content", "") for m in request.messages]))
 
 
+PRICES = ("price_input_per_1m", "price_output_per_1m")
+
+
+def unpriced(spec: EndpointConfig) -> list[str]:
+    """The prices a model or judge entry does not set: its cost is unknown, not $0 (a free
+    local model says so with 0)."""
+    return [p for p in PRICES if p not in spec.model_fields_set]
+
+
 def fill(
     plan: StagePlan,
     endpoint: EndpointConfig,
@@ -178,8 +187,10 @@ def fill(
     stage: str,
     measured: Measured | None,
     seconds_per_request: float | None,
+    unpriced: Sequence[str] = (),
 ) -> StagePlan:
-    """Count the requests of a stage: distinct cache keys, less the hits; tokens, cost, time."""
+    """Count the requests of a stage: distinct cache keys, less the hits; tokens, cost (None
+    when the entry leaves out a price, `unpriced`), time."""
     by_key: dict[str, Built] = {}
     for b in built:
         key = cache_key(endpoint, b.request)
@@ -197,9 +208,17 @@ def fill(
     plan.completion_tokens_max = sum(effective_max_tokens(endpoint, b.request) for b in todo)
     mean = measured.mean_output if measured else None
     plan.completion_tokens_est = None if mean is None else round(mean * len(todo))
-    plan.cost_usd_max = cost(endpoint, plan.prompt_tokens, plan.completion_tokens_max)
-    if plan.completion_tokens_est is not None:
-        plan.cost_usd_est = cost(endpoint, plan.prompt_tokens, plan.completion_tokens_est)
+    if unpriced and plan.requests:
+        plan.cost_usd_max = None
+        who = f"judges.{plan.judge}" if plan.kind != "generate" else f"models.{plan.model}"
+        plan.notes.append(
+            f"cost unknown: {who} sets no {' / '.join(unpriced)} (USD per 1M tokens;"
+            " 0 for a free local model)"
+        )
+    else:
+        plan.cost_usd_max = cost(endpoint, plan.prompt_tokens, plan.completion_tokens_max)
+        if plan.completion_tokens_est is not None:
+            plan.cost_usd_est = cost(endpoint, plan.prompt_tokens, plan.completion_tokens_est)
     completion = (
         plan.completion_tokens_est
         if plan.completion_tokens_est is not None
@@ -276,7 +295,10 @@ def measured(path: Path) -> Measured | None:
     sent = int(raw.get("requests_sent") or 0)
     if sent <= 0:
         return None
-    return Measured(sent, int(raw.get("output_tokens") or 0), float(raw.get("wall_s") or 0.0))
+    wall = read_wall(path)  # run state: a stage run in this workspace (or an older usage file)
+    if wall is None:
+        wall = float(raw.get("wall_s") or 0.0)
+    return Measured(sent, int(raw.get("output_tokens") or 0), wall)
 
 
 # ---------------------------------------------------------------- the stages
@@ -395,6 +417,7 @@ class Planner:
             generate_stage(benchmark, model),
             measured(usage_path(out)),
             self.seconds_per_request,
+            unpriced(spec),
         )
 
     def _generations(
@@ -454,13 +477,14 @@ class Planner:
     def judge(self, cmd: StageCmd, benchmark: str, model: str, judge: str) -> StagePlan:
         spec = self.params.judges[judge]
         plan = StagePlan(cmd.name, "judge", benchmark, model, judge, provider=spec.provider)
-        if not isinstance(spec, OpenAIJudge):
+        bench = self._bench(benchmark)
+        if judge_kind(bench, judge, spec) != "llm":
             return plan
+        assert isinstance(spec, OpenAIJudge)  # judge_kind says so
         why = not_judged(self.params, model, judge)
         if why is not None:
             plan.notes.append(f"not judged, by choice: {why}")
             return plan
-        bench = self._bench(benchmark)
         gens, extra = self._generations(cmd, plan)
         ctx = self._ctx(bench, cmd.options.get("data", ""))
         items = bench.items(self._dataset(bench, cmd.options["dataset"]))
@@ -476,6 +500,7 @@ class Planner:
             judge_stage(benchmark, model, judge),
             measured(usage_path(out)),
             self.seconds_per_request,
+            unpriced(spec),
         )
 
     @staticmethod
@@ -489,7 +514,7 @@ class Planner:
         extra: dict[str, int],
     ) -> list[Built]:
         """The judge's requests, as its stage builds them (each with its stand-in's tokens)."""
-        tasks = bench.judge_tasks(ctx, judge, spec, items, gens)
+        tasks = llm_capability(bench).tasks(ctx, spec, items, gens)
         out = []
         for t in tasks:
             gid = t.generation.generation_id
@@ -512,7 +537,9 @@ class Planner:
         for name in ctx.section.judges:
             spec = self.params.judges[name]
             plan = StagePlan(stage, "agreement", benchmark, None, name, provider=spec.provider)
-            if isinstance(spec, OpenAIJudge):
+            kind = judge_kind(bench, name, spec)
+            if kind == "llm":
+                assert isinstance(spec, OpenAIJudge)  # judge_kind says so
                 plan.notes.append(f"{len(llm_gens)} of {len(gens)} labelled outputs")
                 built = self._judge_requests(bench, ctx, name, spec, items, llm_gens, {})
                 stage_llm = agreement_stage(benchmark, name)
@@ -524,8 +551,9 @@ class Planner:
                     stage_llm,
                     None,
                     self.seconds_per_request,
+                    unpriced(spec),
                 )
-            elif isinstance(spec, PublishedJudge):
+            elif kind == "released":
                 plan.notes.append("released predictions (no model)")
             plans.append(plan)
         return plans
@@ -608,16 +636,55 @@ def context_fit(root: Path, params: Params) -> list[str]:
 def changed_stages(root: Path, targets: Sequence[str] = ()) -> list[StageCmd]:
     """The stages `dvc status` reports changed (what `dvc repro` runs first), in dvc.yaml's
     order, with their commands."""
+    from dvc.exceptions import DvcException, NoOutputOrStageError
+    from dvc.lock import LockError
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
-        status = repo.status(targets=list(targets) or None)
-        out = []
-        for stage in repo.index.stages:
-            name = getattr(stage, "addressing", None) or stage.name
-            if name in status and stage.cmd:
-                out.append(StageCmd.parse(name, stage.cmd))
+    try:
+        with Repo(str(root)) as repo:
+            try:
+                status = repo.status(targets=list(targets) or None)
+            except NoOutputOrStageError as e:
+                raise DataError(unknown_target(repo, targets), file="dvc.yaml") from e
+            out = []
+            for stage in repo.index.stages:
+                name = getattr(stage, "addressing", None) or stage.name
+                if name in status and stage.cmd:
+                    out.append(StageCmd.parse(name, stage.cmd))
+    except LockError as e:
+        raise LfbenchError(
+            "another DVC command holds this project's lock (.dvc/tmp/lock), e.g. a running"
+            " `dvc repro`: plan once it is done (a lock left by a killed DVC command goes by"
+            " itself)"
+        ) from e
+    except DvcException as e:
+        raise LfbenchError(f"dvc: {' '.join(str(e).split())}") from e
     return out
+
+
+def unknown_target(repo: Any, targets: Sequence[str]) -> str:
+    """What to say of a target that names no stage or output: the stages near it."""
+    import difflib
+
+    from dvc.stage import PipelineStage
+
+    names = [s.addressing for s in repo.index.stages if isinstance(s, PipelineStage)]
+    groups = list(dict.fromkeys(n.split("@", 1)[0] for n in names))
+    for target in targets:
+        if target in names or (Path(repo.root_dir) / target).exists():
+            continue
+        group, at, item = target.partition("@")
+        if at and group in groups:
+            items = [n.split("@", 1)[1] for n in names if n.startswith(f"{group}@")]
+            return f"stage {group} has no item {item!r} (its items: {', '.join(items)})"
+        near = difflib.get_close_matches(target, names + groups, n=3)
+        hint = (
+            f"did you mean {', '.join(dict.fromkeys(near))}?"
+            if near
+            else f"its stages are {', '.join(groups)}"
+        )
+        return f"no stage or output named {target!r}; {hint} (`dvc stage list` lists them all)"
+    return f"no stage or output named {', '.join(map(repr, targets))}"
 
 
 @dataclass
@@ -634,7 +701,9 @@ class Plan:
             "cache_hits": sum(r.cache_hits for r in self.rows),
             "prompt_tokens": sum(r.prompt_tokens for r in self.rows),
             "completion_tokens_max": sum(r.completion_tokens_max for r in self.rows),
-            "cost_usd_max": round(sum(r.cost_usd_max for r in self.rows), 6),
+            "cost_usd_max": None
+            if any(r.cost_usd_max is None for r in self.rows)
+            else round(sum(r.cost_usd_max or 0.0 for r in self.rows), 6),
             "over_context": sum(r.over_context for r in self.rows),
             # stages run one after another (DVC runs one stage at a time)
             "time_s": None if any(r.time_s is None for r in est) else round(sum(known), 1),
@@ -713,7 +782,7 @@ def render(plan: Plan) -> str:
                 f"{r.prompt_tokens:,}",
                 f"{r.completion_tokens_max:,}",
                 "-" if not r.requests else _num(r.completion_tokens_est),
-                f"{r.cost_usd_max:.4f}",
+                _num(r.cost_usd_max, "{:.4f}"),
                 "-" if not r.requests else _num(r.cost_usd_est, "{:.4f}"),
                 _num(r.time_s, "{:.0f} s"),
                 "estimated" if r.estimated else "",
@@ -730,7 +799,7 @@ def render(plan: Plan) -> str:
             f"{t['prompt_tokens']:,}",
             f"{t['completion_tokens_max']:,}",
             "",
-            f"{t['cost_usd_max']:.4f}",
+            _num(t["cost_usd_max"], "{:.4f}"),
             "",
             _num(t["time_s"], "{:.0f} s"),
             "",

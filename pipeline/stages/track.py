@@ -14,9 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import load_params, load_yaml
+from pipeline.core.config import load_yaml
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import read_json
+from pipeline.core.params import load_params
 
 
 def stage_args(dvc_file: Path, stage: str) -> list[str] | None:
@@ -35,17 +36,9 @@ def option(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
 
 
-def replaced(args: list[str], values: dict[str, str]) -> list[str]:
-    out = list(args)
-    for flag, value in values.items():
-        if flag in out:
-            out[out.index(flag) + 1] = value
-    return out
-
-
 def track(benchmark: str, params_path: Path, dvc_file: Path, root: Path) -> Any:
-    from pipeline.cli import stage as stage_group
     from pipeline.core import registry
+    from pipeline.stages.aggregate import aggregate
     from pipeline.stages.agreement import log_runs
     from pipeline.stages.common import context
     from pipeline.stages.mlflow_store import preflight
@@ -55,14 +48,28 @@ def track(benchmark: str, params_path: Path, dvc_file: Path, root: Path) -> Any:
     args = stage_args(dvc_file, f"{benchmark}-aggregate")
     if args is None:
         raise ConfigError(f"{dvc_file} has no stage {benchmark}-aggregate")
+
+    def path(flag: str) -> Path:
+        value = option(args, flag)
+        if value is None:
+            raise ConfigError(f"{dvc_file}: stage {benchmark}-aggregate has no {flag}")
+        return Path(value)
+
     with tempfile.TemporaryDirectory() as tmp:
-        scratch = {
-            f: str(Path(tmp) / f"{f[2:]}.out") for f in ("--metrics", "--summary", "--report")
-        }
-        stage_group.main(
-            args=["aggregate", *replaced(args, scratch), "--track", "--params", str(params_path)],
-            prog_name="lfbench stage",
-            standalone_mode=False,
+        # the aggregate stage's own work, its files written to a scratch folder, its runs logged
+        agreement_path = option(args, "--agreement")
+        aggregate(
+            bench,
+            load_params(params_path, [benchmark]),
+            path("--dataset"),
+            path("--generations"),
+            path("--judgements"),
+            Path(tmp) / "metrics.out",
+            Path(tmp) / "summary.out",
+            Path(tmp) / "report.out",
+            root,
+            track=True,
+            agreement_path=Path(agreement_path) if agreement_path else None,
         )
     agreement = stage_args(dvc_file, f"{benchmark}-agreement")
     out = option(agreement or [], "--out")

@@ -67,6 +67,7 @@ from typing import Any
 
 from pipeline.core.io import canonical_json
 from pipeline.llm.cache import redact
+from pipeline.stages.mlflow_store import tracking_uri as tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +98,6 @@ AUDIT_PENDING = "audit.pending"
 # Digests of artifacts drawn from several rows (a system's plot across settings): when one
 # changes without the run's own result changing, the artifacts are re-logged into the same run.
 _REFRESHED = ("lfbench.plots_sha",)
-
-
-def tracking_uri(root: Path) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    store = root / "mlruns"
-    store.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{store / 'mlflow.db'}"
 
 
 @dataclass
@@ -403,6 +395,12 @@ def _sync(
                 # Same result: record where it was last re-made, and who owns it now.
                 client.log_batch(
                     old.info.run_id, tags=[RunTag(k, v) for k, v in sorted(updates.items())]
+                )
+            added = {k: v for k, v in spec.params.items() if k not in old.data.params}
+            if added:
+                # Same result, params a newer lfbench shows (e.g. the sampling settings)
+                client.log_batch(
+                    old.info.run_id, params=[Param(k, v) for k, v in sorted(added.items())]
                 )
             recount = {
                 k: float(v) for k, v in spec.counters.items() if old.data.metrics.get(k) != float(v)

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -77,6 +78,15 @@ RUNNER_VARS = (
     "PYTHONPATH",
     "PYTHONPYCACHEPREFIX",
     "PYTHONDONTWRITEBYTECODE",
+)
+# What `lfbench repro --jobs` tells a stage (no secrets): where to write its progress, the cores
+# it may use, its run's key, and that the workspace's response cache has other users right now.
+REPRO_VARS = (
+    "LFBENCH_PROGRESS_FILE",
+    "LFBENCH_WORKERS",
+    "LFBENCH_EMBED_WORKERS",
+    "LFBENCH_REPRO_KEY",
+    "LFBENCH_CACHE_CLAIMS",
 )
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECORD_VERSION = 2
@@ -203,7 +213,11 @@ def _parent(pid: int) -> int | None:
 
 def repro_key() -> str:
     """The `dvc` process this stage runs under (pid and start time), or this process if none:
-    one runtime decision, and one warning, per `dvc repro` (or `dvc exp run`)."""
+    one runtime decision, and one warning, per `dvc repro` (or `dvc exp run`). `lfbench repro`
+    names its run in `$LFBENCH_REPRO_KEY` (its stages are not children of a `dvc` process)."""
+    named = os.environ.get("LFBENCH_REPRO_KEY", "").strip()
+    if named and named.replace("-", "").isalnum():
+        return named
     pid: int | None = os.getppid()
     while pid is not None:
         try:
@@ -227,6 +241,26 @@ def remembered(root: Path, recipe: Mapping[str, Any], requested: str) -> Decisio
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def deciding(root: Path) -> Iterator[None]:
+    """An exclusive lock while a stage decides where this run's stages go (and may build the
+    image): the stages of one `lfbench repro --jobs` start at once."""
+    folder = root / ".lfbench" / "runtime"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def forget(root: Path, key: str) -> None:
+    """Drop a finished `lfbench repro`'s decisions."""
+    for old in (root / ".lfbench" / "runtime").glob(f"{key}-*.json"):
+        old.unlink(missing_ok=True)
 
 
 def remember(root: Path, recipe: Mapping[str, Any], requested: str, decision: Decision) -> None:
@@ -278,11 +312,13 @@ def container_env(
 
     `runner_env` holds what the runner sets (git commit and dirtiness, runtime, image digest);
     from the caller's `environ` only LFBENCH_DATA_MIRROR, LFBENCH_VERBOSE,
-    LFBENCH_INTERRUPT_GRACE_S, the API-key variables params name and `env_passthrough` are
-    copied, when set. Nothing else crosses (no PATH, HOME, tokens...).
+    LFBENCH_INTERRUPT_GRACE_S, what `lfbench repro` tells a stage (`REPRO_VARS`), the API-key
+    variables params name and `env_passthrough` are copied, when set. Nothing else crosses (no
+    PATH, HOME, tokens...).
     """
     env = {k: v for k, v in runner_env.items() if k in RUNNER_VARS}
-    for name in [ENV_DATA_MIRROR, ENV_VERBOSE, INTERRUPT_GRACE_ENV, *allowed_names(raw_params)]:
+    passed = [ENV_DATA_MIRROR, ENV_VERBOSE, INTERRUPT_GRACE_ENV, *REPRO_VARS]
+    for name in [*passed, *allowed_names(raw_params)]:
         if name in environ and name not in env:
             env[name] = environ[name]
     env["HOME"] = "/tmp"
@@ -579,6 +615,10 @@ def build_image(
     found = find_image(client, {**rec, "tag": tag})
     if found is None:
         raise LfbenchError(f"the build of {tag} left no image labelled with recipe {rec['recipe']}")
+    if builder == "buildah":
+        from pipeline.tools.image_store import warn_if_unexpected
+
+        warn_if_unexpected(root, rec, found, "the build", client=client)
     return found
 
 
@@ -607,11 +647,29 @@ def _build_buildah(root: Path, rec: Mapping[str, Any], base_id: str, tag: str) -
         f"SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}",
     ):
         cmd += ["--build-arg", arg]
+    # buildah copies the base from the engine into its own storage (about 150 MB, named
+    # docker.io/library/sha256:<id>) and keeps it: removed after the build unless it was there
+    # before (another build of this machine may be using it)
+    had_base = _buildah_has(base_id)
     try:
         _run_tool([*cmd, str(root)], "buildah build")
         _run_tool(["buildah", "push", "--quiet", work, f"docker-daemon:{tag}"], "buildah push")
     finally:
         subprocess.run(["buildah", "rmi", "--force", work], capture_output=True)
+        if not had_base and _buildah_has(base_id):
+            gone = subprocess.run(["buildah", "rmi", base_id], capture_output=True, text=True)
+            if gone.returncode != 0:
+                log.info("image: buildah kept its copy of the base %s (%s)", base_id[:19],
+                         gone.stderr.strip()[:200])  # fmt: skip
+
+
+def _buildah_has(image_id: str) -> bool:
+    """buildah's storage holds the image of this id (its copy of a base)."""
+    proc = subprocess.run(
+        ["buildah", "images", "--quiet", "--no-trunc", "--all"], capture_output=True, text=True
+    )
+    wanted = image_id.removeprefix("sha256:")
+    return any(line.strip().removeprefix("sha256:") == wanted for line in proc.stdout.splitlines())
 
 
 def _build_classic(
@@ -642,27 +700,6 @@ def _build_classic(
                 tail.extend(t for t in line.splitlines() if t.strip())
     except docker.errors.APIError as e:
         raise LfbenchError(f"docker build failed: {e.explanation or e}") from e
-
-
-def ensure_image(
-    root: Path,
-    rec: Mapping[str, Any],
-    *,
-    client: Any,
-    emit: Callable[[str], None] = log.info,
-) -> tuple[str, str]:
-    """The recipe's image on this engine: present, pulled (a registry, then the DVC remote)
-    or built. Returns (image id, how)."""
-    from pipeline.tools import image_store
-
-    found = find_image(client, rec)
-    if found:
-        return found, "present"
-    if os.environ.get(ENV_IMAGE_PULL) != "0":
-        pulled = image_store.pull(root, rec, client=client, emit=emit)
-        if pulled:
-            return pulled
-    return build_image(root, rec, client=client, emit=emit), "built"
 
 
 # ---------------------------------------------------------------- running in a container

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,7 +24,15 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_json
-from pipeline.tools.containers import RECIPE_LABEL, find_image, sha256_file
+from pipeline.tools.containers import (
+    ENV_IMAGE_PULL,
+    RECIPE_LABEL,
+    build_image,
+    ensure_base,
+    find_image,
+    image_builder,
+    sha256_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +193,32 @@ def pull(
     emit: Callable[[str], None] = log.info,
 ) -> tuple[str, str] | None:
     """The recipe's image from the team's stores: a registry first, then the DVC remote."""
-    got = pull_registry(root, rec, client=client)
-    if got:
-        return got, "pulled from the registry"
-    got = pull_dvc(root, rec, client=client, emit=emit)
-    if got:
-        return got, "pulled from the DVC remote"
-    return None
+    got, how = pull_registry(root, rec, client=client), "pulled from the registry"
+    if not got:
+        got, how = pull_dvc(root, rec, client=client, emit=emit), "pulled from the DVC remote"
+    if not got:
+        return None
+    warn_if_unexpected(root, rec, got, f"the image {how}", client=client)
+    return got, how
+
+
+def ensure_image(
+    root: Path,
+    rec: Mapping[str, Any],
+    *,
+    client: Any,
+    emit: Callable[[str], None] = log.info,
+) -> tuple[str, str]:
+    """The recipe's image on this engine: present, pulled (a registry, then the DVC remote)
+    or built. Returns (image id, how)."""
+    found = find_image(client, rec)
+    if found:
+        return found, "present"
+    if os.environ.get(ENV_IMAGE_PULL) != "0":
+        pulled = pull(root, rec, client=client, emit=emit)
+        if pulled:
+            return pulled
+    return build_image(root, rec, client=client, emit=emit), "built"
 
 
 # ---------------------------------------------------------------- the expected image id
@@ -210,9 +238,40 @@ def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: A
     write_json(root / REFS_JSON, refs)
 
 
-def _base_id(client: Any, base: str) -> str:
-    from pipeline.tools.containers import ensure_base
+def recorded_differs(
+    root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any
+) -> str | None:
+    """The id build/image.refs.json records for the recipe on this base, when `image_id` (a
+    build's or a pull's) is another one (None: no record for this base, or the same id)."""
+    recorded = read_refs(root).get(str(rec["recipe"]), {}).get("build")
+    if not isinstance(recorded, dict) or not recorded.get("image_id"):
+        return None
+    if recorded.get("base_id") != _base_id(client, str(rec["base_image"])):
+        return None  # recorded on another base (the air-gapped one differs per machine)
+    want = str(recorded["image_id"])
+    return None if want == image_id else want
 
+
+def warn_if_unexpected(
+    root: Path, rec: Mapping[str, Any], image_id: str, how: str, *, client: Any
+) -> None:
+    """One warning, naming both ids, when a build or pull gives another image than the one
+    build/image.refs.json records for this recipe and base."""
+    want = recorded_differs(root, rec, image_id, client=client)
+    if want is not None:
+        log.warning(
+            "image: %s gave %s for recipe %s on base %s, but %s records %s: not the recorded"
+            " image (`lfbench image verify` rebuilds and compares)",
+            how,
+            image_id,
+            rec["tag"],
+            rec["base_image"],
+            REFS_JSON,
+            want,
+        )
+
+
+def _base_id(client: Any, base: str) -> str:
     return str(ensure_base(client, base).id)
 
 
@@ -226,8 +285,6 @@ def verify(
     """Rebuild the recipe's image from scratch (under a scratch tag) and compare its id with the
     one build/image.refs.json records and with the recipe's image on this engine (pulled or
     built). Raises, naming both ids, when one differs; returns what was compared."""
-    from pipeline.tools.containers import build_image, find_image, image_builder
-
     if image_builder() != "buildah":
         raise LfbenchError(
             "image verify needs the reproducible builder, buildah (apt-get install buildah): "

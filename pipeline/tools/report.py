@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import aggregation
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import atomic_write_text, file_digest
 from pipeline.core.lineage import dvc_file_md5, git_info
-from pipeline.core.markdown import fmt, need, table
+from pipeline.core.markdown import flag_cell, flagged_rows, fmt, need, table
 
 
 def _document(path: Path) -> dict[str, Any]:
@@ -201,6 +202,8 @@ def headline(
         lo, hi = r.get(f"{metric}_ci_low"), r.get(f"{metric}_ci_high")
         if lo is not None and hi is not None:
             text += f" [{fmt(float(lo), nd)}, {fmt(float(hi), nd)}]"
+        if r.get("flags"):  # e.g. a base model's copied answers ranked above the baselines
+            text += f" (flagged: {flag_cell(r)})"
         return text
 
     body = []
@@ -394,7 +397,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
         doc = _document(root / where)
         if isinstance(doc.get("agreement"), list):
             carded.append((where + " (agreement)", name, doc["agreement"]))
-        section = bench.report_section(doc, where)  # checks the rows the benchmark's way
+        section = aggregation.report_section(bench, doc, where)  # checks the rows its way
         if bench.metrics:  # the declared main metric (pipeline/core/results.py), with its way
             main = bench.metrics[0]
             top += headline(
@@ -406,11 +409,10 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
                 where,
                 main.higher_is_better is not False,
             )
-        elif bench.plotted:  # not declared yet: the first plotted, higher is better
-            top += headline(name, title, doc["rows"], bench.plotted[0], kappa, where)
         else:
             top += [f"### {title}", "", "No main metric declared: see its section below.", ""]
         details += [f"## {title}", "", *_models(root, bench, doc["rows"]), *section.lines]
+        details += flagged_rows(doc["rows"], GROUP_KEYS)
         if isinstance(doc.get("not_judged"), list):
             from pipeline.stages.aggregate import not_judged_lines
 
@@ -440,7 +442,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
 def _models(root: Path, bench: Any, rows: list[dict[str, Any]]) -> list[str]:
     """The benchmark's per-model summary (best row with its interval, items, what its stages
     spent), when the stages' usage files are in the workspace."""
-    from pipeline.core.config import load_params
+    from pipeline.core.params import load_params
     from pipeline.stages.aggregate import model_summary, summary_lines
     from pipeline.stages.common import collect_usage
 

@@ -1,9 +1,12 @@
 """`lfbench new-benchmark NAME`: a new benchmark package from `pipeline/benchmarks/_template`.
 
 Copies the template (a small working benchmark: fact recall of answers over documents) to
-`pipeline/benchmarks/NAME/`, renaming it, and, unless asked not to, appends its params section to
-params.yaml and its four stages to dvc.yaml. Nothing else is touched: the registry finds the new
-package by itself. Then `dvc repro NAME-aggregate` runs it end to end.
+`pipeline/benchmarks/NAME/`, renaming it, with a README stub of its own, writes its test file
+(`tests/benchmarks/NAME/`), and, unless asked not to, adds its params section and its own judge's
+entry to params.yaml and its four stages to dvc.yaml. Its judge stages depend on the local
+judge's model only with `--local-judge` (which lists the local judge in its section). Nothing else
+is touched: the registry finds the new package by itself, and the test suite's benchmark lists
+come from the registry. Then `dvc repro NAME-aggregate` runs it end to end.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from pipeline.core.errors import ConfigError
 TEMPLATE = "_template"
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_MAX = 64
-SNIPPETS = ("params.snippet.yaml", "dvc.snippet.yaml")
+SNIPPETS = ("params.snippet.yaml", "dvc.snippet.yaml", "judges.snippet.yaml")
+TESTS = "test.py.snippet"  # -> tests/benchmarks/NAME/test_NAME.py
+STUB = "README.stub.md"  # -> the package's README.md (the template's own is its manual)
+LOCAL_DEP = "  # the local judge"  # the dvc.yaml line of the local judge's model
 TEXT = (".py", ".txt", ".md", ".yaml")
 
 
@@ -33,10 +39,22 @@ def renamed(text: str, name: str) -> str:
     return text.replace(TEMPLATE, name).replace("Template", class_name(name))
 
 
-def _appended(path: Path, text: str, name: str) -> str:
+def _judges_entry(old: str, entry: str, path: Path) -> str:
+    """params.yaml with the benchmark's own judge entry first under its top-level `judges:`."""
+    lines = old.splitlines(keepends=True)
+    at = next((n for n, line in enumerate(lines) if line.rstrip() == "judges:"), None)
+    if at is None:
+        raise ConfigError(f"{path}: no top-level `judges:` to add the new benchmark's judge to")
+    return "".join([*lines[: at + 1], entry, *lines[at + 1 :]])
+
+
+def _appended(path: Path, text: str, name: str, judges_entry: str | None = None) -> str:
     """The file with a snippet appended, checked to land where it belongs: the section at the
-    top level of params.yaml, the stages under `stages:` of dvc.yaml (which must come last)."""
+    top level of params.yaml (and its judge's entry under `judges:`), the stages under `stages:`
+    of dvc.yaml (which must come last)."""
     old = path.read_text(encoding="utf-8")
+    if judges_entry is not None:
+        old = _judges_entry(old, judges_entry, path)
     new = old.rstrip("\n") + "\n" + text
     try:
         doc = yaml.safe_load(new) or {}
@@ -44,6 +62,8 @@ def _appended(path: Path, text: str, name: str) -> str:
         raise ConfigError(
             f"{path}: appending the {name} snippet would break it (is `stages:` the last key?): {e}"
         ) from e
+    if judges_entry is not None and f"{name}-match" not in (doc.get("judges") or {}):
+        raise ConfigError(f"{path}: the {name}-match judge would not land under `judges:`")
     if name not in doc and f"{name}-construct" not in (doc.get("stages") or {}):
         raise ConfigError(
             f"{path}: the {name} snippet would not land in place (is `stages:` the last key?);"
@@ -94,44 +114,66 @@ def check_name(name: str, source: Path) -> None:
 
 
 def create(
-    name: str, root: Path, params_path: Path | None = None, dvc_file: Path | None = None
+    name: str,
+    root: Path,
+    params_path: Path | None = None,
+    dvc_file: Path | None = None,
+    local_judge: bool = False,
 ) -> list[str]:
-    """Create the package (and wire it when paths are given); the lines to tell the user."""
+    """Create the package and its tests (and wire it when paths are given); the lines to tell
+    the user."""
     benchmarks = root / "pipeline" / "benchmarks"
     source, dest = benchmarks / TEMPLATE, benchmarks / name
+    tests = root / "tests" / "benchmarks" / name
     check_name(name, source)
-    if dest.exists():
-        raise ConfigError(f"{dest} already exists")
+    for there in (dest, tests):
+        if there.exists():
+            raise ConfigError(f"{there} already exists")
     params = yaml.safe_load(params_path.read_text(encoding="utf-8")) if params_path else {}
     if params_path and name in (params or {}):
         raise ConfigError(f"{params_path} already has a {name} section")
     stages = (yaml.safe_load(dvc_file.read_text(encoding="utf-8")) or {}) if dvc_file else {}
     if dvc_file and f"{name}-construct" in (stages.get("stages") or {}):
         raise ConfigError(f"{dvc_file} already has a stage {name}-construct")
+
+    def snippet(file: str) -> str:
+        return renamed((source / file).read_text("utf-8"), name)
+
+    section = snippet(SNIPPETS[0])
+    stage_text = snippet(SNIPPETS[1])
+    if local_judge:
+        section = section.replace(f"judges: [{name}-match]", f"judges: [{name}-match, local]")
+        stage_text = stage_text.replace(LOCAL_DEP, "")
+    else:  # no dependency on the local judge's model unless the benchmark uses it
+        stage_text = "".join(x for x in stage_text.splitlines(True) if LOCAL_DEP not in x)
     # both files are checked before anything is written: a refusal leaves the project as it was
     new_params = (
-        _appended(params_path, renamed((source / SNIPPETS[0]).read_text("utf-8"), name), name)
+        _appended(params_path, section, name, snippet(SNIPPETS[2]))
         if params_path is not None
         else None
     )
-    new_dvc = (
-        _appended(dvc_file, renamed((source / SNIPPETS[1]).read_text("utf-8"), name), name)
-        if dvc_file is not None
-        else None
-    )
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", *SNIPPETS))
+    new_dvc = _appended(dvc_file, stage_text, name) if dvc_file is not None else None
+    ignore = shutil.ignore_patterns("__pycache__", *SNIPPETS, TESTS, STUB, "README.md")
+    shutil.copytree(source, dest, ignore=ignore)
     for path in sorted(dest.rglob("*")):
         if path.is_file() and path.suffix in TEXT:
             path.write_text(renamed(path.read_text(encoding="utf-8"), name), encoding="utf-8")
-    lines = [f"created {dest.relative_to(root)}/ from {TEMPLATE}"]
+    (dest / "README.md").write_text(snippet(STUB), encoding="utf-8")
+    tests.mkdir(parents=True)
+    (tests / "__init__.py").write_text("", encoding="utf-8")
+    (tests / f"test_{name}.py").write_text(snippet(TESTS), encoding="utf-8")
+    lines = [
+        f"created {dest.relative_to(root)}/ from {TEMPLATE}",
+        f"created {tests.relative_to(root)}/test_{name}.py",
+    ]
     if params_path is not None and new_params is not None:
         params_path.write_text(new_params, encoding="utf-8")
-        lines.append(f"appended the {name} section to {params_path}")
+        lines.append(f"added the {name} section and the {name}-match judge to {params_path}")
     if dvc_file is not None and new_dvc is not None:
         dvc_file.write_text(new_dvc, encoding="utf-8")
         lines.append(f"appended the {name} stages to {dvc_file}")
     lines.append(
-        f"next: edit {dest.relative_to(root)}/ (README.md there says what to change), then"
-        f" `dvc repro {name}-aggregate`"
+        f"next: edit {dest.relative_to(root)}/ (the template's README says what to change), then"
+        f" `dvc repro {name}-aggregate` and `pytest {tests.relative_to(root)}`"
     )
     return lines

@@ -10,8 +10,8 @@ import pytest
 from pipeline.benchmarks.long2rag.schema import KeyPoint, L2Document, Question
 from pipeline.benchmarks.summhay.agreement import Label, Sample
 from pipeline.core import registry
-from pipeline.core.config import load_params
 from pipeline.core.errors import DataError
+from pipeline.core.params import load_params
 from pipeline.core.records import Generation
 from pipeline.data.haystacks import Insight, Subtopic
 from pipeline.tools.audit import _context

@@ -5,23 +5,33 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from pipeline.benchmarks._template.benchmark import Template, answer_sentences, parse_verdict
-from pipeline.benchmarks._template.schema import examples, parse_items
-from pipeline.core.benchmark import Run
+from pipeline.benchmarks._template.benchmark import Item, Template, judge_task
+from pipeline.blocks import answer_sentences, choice
+from pipeline.core import aggregation
+from pipeline.core.benchmark import JudgePrompts, Run
 from pipeline.core.errors import DataError
 from pipeline.core.parse import ParseError
-from pipeline.core.records import Generation, Judgement, Verdict
+from pipeline.core.prompts import load_prompt
+from pipeline.core.records import Generation, Judgement, Verdict, validate_lines
 from pipeline.local_judge.model import LocalVerdict
 from pipeline.stages.common import FileInputs
 
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = Template()
+parse_verdict = choice("verdict", ["yes", "partial", "no"])
 
 
-def test_built_in_examples_and_a_jsonl_file(tmp_path: Path) -> None:
+def examples() -> list[Item]:
+    src = "pipeline/benchmarks/_template/examples.jsonl"
+    return [i for _, i in validate_lines(FileInputs(ROOT).jsonl(src), Item, src)]
+
+
+def test_the_examples_and_a_jsonl_file(tmp_path: Path) -> None:
     items = examples()
     assert [i.item_id for i in items] == ["ex1", "ex2", "ex3"]
     assert sum(len(i.facts) for i in items) == 8
@@ -30,16 +40,40 @@ def test_built_in_examples_and_a_jsonl_file(tmp_path: Path) -> None:
     bad = {**good, "item_id": "x2", "facts": [{"fact_id": "f1", "text": ""}]}
     p.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
     with pytest.raises(DataError) as e:
-        parse_items(FileInputs(tmp_path).jsonl("items.jsonl"), "items.jsonl")
+        validate_lines(FileInputs(tmp_path).jsonl("items.jsonl"), Item, "items.jsonl")
     assert e.value.file == "items.jsonl:2" and e.value.item == "x2"
     assert e.value.field == "facts[0].text"
 
 
-def test_verdict_parser() -> None:
+def test_verdict_parser_and_the_llm_judge_s_asks() -> None:
     assert parse_verdict('{"verdict": "Yes"}') == "yes"
     assert parse_verdict('```json\n{"verdict": "[partial]"}\n```') == "partial"
     with pytest.raises(ParseError, match="must be one of yes, partial, no"):
         parse_verdict('{"verdict": "maybe"}')
+    folder = "pipeline/benchmarks/_template/prompts"
+    prompts = JudgePrompts(
+        load_prompt(f"{folder}/judge.txt", ROOT),
+        load_prompt(f"{folder}/repair.txt", ROOT),
+        "",
+        None,
+    )
+    gen = _gen("ex3")
+    task = judge_task(gen, examples()[2], prompts)
+    assert task.targets == ("f1", "f2") and len(task.asks) == 2
+    content = task.asks[1].request.messages[0]["content"]
+    assert "An answer." in content and "repair café" in content
+    assert task.asks[0].parse('{"verdict": "no"}', ("f1",))[0]["f1"].label == "no"
+
+
+def test_the_match_judge_by_hand() -> None:
+    """ex3's facts against an answer with every word of f1 and half of f2's 4+ letter words."""
+    assert BENCH.no_model_judge is not None
+    gen = _gen("ex3").model_copy(update={"text": "The library lends tools and sewing machines."})
+    items = {i.item_id: i for i in examples()}
+    (j,) = BENCH.no_model_judge.judgements(None, "m", None, items, [gen])  # type: ignore[arg-type]
+    # f2 "The library runs a repair café on Saturdays.": library of (library, runs, repair,
+    # café, saturdays) -> 1/5 < 0.5: no
+    assert [(v.target_id, v.label) for v in j.verdicts] == [("f1", "yes"), ("f2", "no")]
 
 
 def _gen(item: str, status: str = "ok") -> Generation:
@@ -80,7 +114,8 @@ def test_recall_by_hand() -> None:
     g1, g2, g3 = _gen("ex1"), _gen("ex2"), _gen("ex3", status="error")
     j1 = _judgement(g1, {"f1": "yes", "f2": "partial", "f3": "INVALID"})
     j2 = _judgement(g2, {}).model_copy(update={"status": "error", "error": "HTTP 500"})
-    out = BENCH.aggregate(None, examples(), [Run("m", "j", [g1, g2, g3], [j1, j2])])  # type: ignore[arg-type]
+    ctx: Any = SimpleNamespace(params=SimpleNamespace(seed=0, models={}))
+    out = aggregation.aggregate(BENCH, ctx, examples(), [Run("m", "j", [g1, g2, g3], [j1, j2])])
     (row,) = out.metrics["rows"]
     assert row["recall"] == 0.75 and row["n_scored"] == 1 and row["n_invalid_verdicts"] == 1
     assert row["n_failed_judgements"] == 1 and row["n_failed_generations"] == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core import registry
-from pipeline.core.benchmark import Benchmark
+from pipeline.core.benchmark import Benchmark, judge_providers
 from pipeline.core.config import BenchmarkParams, OwnedJudge, OwnedModel
 from pipeline.core.errors import ConfigError
 
@@ -53,7 +53,13 @@ FORBIDDEN_CALLS = (
 
 
 def modules(folder: Path) -> Iterator[Path]:
-    yield from sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+    """The package's modules (not the template's test snippet, which the scaffold writes to
+    tests/)."""
+    yield from sorted(
+        p
+        for p in folder.rglob("*.py")
+        if "__pycache__" not in p.parts and not p.name.endswith(".snippet.py")
+    )
 
 
 def imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -70,11 +76,10 @@ def imports(path: Path) -> Iterator[tuple[int, str]]:
 def test_registry_finds_every_package_and_loads_only_what_is_asked() -> None:
     assert set(registry.names()) == {p for p in PACKAGES if not p.startswith("_")}
     assert "_template" not in registry.names()
+    known = ", ".join(sorted(p for p in PACKAGES if not p.startswith("_")))
     bench = registry.get("summhay")
     assert bench.name == "summhay" and isinstance(bench, Benchmark)
-    with pytest.raises(
-        ConfigError, match="unknown benchmark 'nope'; known: crud_rag, crux, long2rag, summhay"
-    ):
+    with pytest.raises(ConfigError, match=f"unknown benchmark 'nope'; known: {known}$"):
         registry.get("nope")
 
 
@@ -94,8 +99,8 @@ def test_each_package_fulfils_the_contract(name: str) -> None:
     assert bench.name == name
     assert issubclass(bench.params_model, BenchmarkParams)
     assert bench.model_providers <= {"openai", "published", "baseline"}
-    assert bench.judge_providers <= {"openai", "published", "local"}
-    for spec in (*bench.model_specs, *bench.judge_specs):
+    assert judge_providers(bench) <= {"openai", "published", "local"}
+    for spec in bench.providers:
         assert issubclass(spec, OwnedModel | OwnedJudge)
         provider = spec.model_fields["provider"].annotation.__args__[0]  # type: ignore[union-attr]
         assert provider.startswith(f"{name}-"), f"{spec.__name__}: own providers are {name}-<kind>"
@@ -144,3 +149,39 @@ def test_shared_code_names_no_benchmark() -> None:
             if parts[:2] == ["pipeline", "benchmarks"] and len(parts) > 2:
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
     assert problems == []
+
+
+def test_the_judges_a_benchmark_offers_follow_from_what_it_declares() -> None:
+    """The core judge providers are derived from the declared capabilities; a judge kind the
+    benchmark does not declare is refused by `judge_kind` (and so by `lfbench check`)."""
+    from pipeline.benchmarks._template.benchmark import Template
+    from pipeline.core.benchmark import judge_kind
+    from pipeline.core.config import LocalJudge, OpenAIJudge, PublishedJudge
+
+    assert judge_providers(registry.get("summhay")) == {"openai", "published", "local"}
+    assert judge_providers(registry.get("crux")) == {"openai", "local"}
+    assert judge_providers(registry.get("crud_rag")) == {"openai"}
+
+    class LlmOnly(Template):
+        coverage = None
+
+    bench = LlmOnly()
+    assert judge_providers(bench) == {"openai"}
+    llm = OpenAIJudge(provider="openai", model="m", base_url="http://x/v1")
+    assert judge_kind(bench, "llm", llm) == "llm"
+    for spec in (LocalJudge(provider="local"), PublishedJudge(provider="published")):
+        with pytest.raises(ConfigError, match="cannot be judged by provider"):
+            judge_kind(bench, "j", spec)
+    assert judge_kind(Template(), "local", LocalJudge(provider="local")) == "coverage"
+
+
+def test_check_refuses_a_judge_the_benchmark_cannot_run() -> None:
+    """CRUD-RAG has no coverage judging: a local judge in its section is a params error."""
+    import yaml
+
+    from pipeline.core.params import validate_params
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["crud_rag"]["judges"] = [*raw["crud_rag"]["judges"], "local"]
+    with pytest.raises(ConfigError, match=r"crud_rag.judges.*'local' has provider local"):
+        validate_params(raw, "params.yaml", ["crud_rag"])

@@ -9,8 +9,9 @@ import pytest
 
 from pipeline.benchmarks.summhay.agreement import Label, Pair, compare, judge_card
 from pipeline.core.benchmark import JudgeInfo
-from pipeline.core.cards import card, card_metrics, cost_per_1000, kappa_interval
+from pipeline.core.cards import card, card_metrics, cost_per_1000
 from pipeline.core.errors import DataError
+from pipeline.metrics.agreement import kappa_interval
 from pipeline.stages.timing import (
     per_second,
     read_throughput,

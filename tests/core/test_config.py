@@ -13,8 +13,9 @@ import yaml
 
 from pipeline.benchmarks.long2rag.params import Long2ragLeadModel, OverlapJudge
 from pipeline.benchmarks.summhay.params import SummhayParams
-from pipeline.core.config import OwnedJudge, load_params, validate_params
+from pipeline.core.config import OwnedJudge
 from pipeline.core.errors import ConfigError
+from pipeline.core.params import load_params, validate_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,7 +247,7 @@ def test_every_params_model_refuses_non_finite_floats() -> None:
     roots: list[type[BaseModel]] = [config.Params, *config.CORE_MODEL_PROVIDERS.values()]
     roots += config.CORE_JUDGE_PROVIDERS.values()
     for bench in registry.load_all():
-        roots += [bench.params_model, *bench.model_specs, *bench.judge_specs]
+        roots += [bench.params_model, *bench.providers]
     seen: set[type[BaseModel]] = set()
 
     def walk(tp: Any) -> None:
@@ -345,3 +346,81 @@ def test_lfbench_check_refuses_credentials_in_base_url_without_echoing_them(
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "models.mine.base_url: " in done.stderr and "api_key_env" in done.stderr
     assert "s3cr3t" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------- issue 36, points 10, 13, 15
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"), [("? [a, b]: 1", "mapping"), ("[a, b]: 1", "list"), ("? [a, b]", "list")]
+)
+def test_a_key_that_is_not_a_name_is_an_error_naming_its_line(
+    tmp_path: Path, line: str, kind: str
+) -> None:
+    """Before: `TypeError: unhashable type: 'list'` and a traceback."""
+    path = _params_file(tmp_path, BASE + line + "\n")
+    with pytest.raises(ConfigError, match=f"line 9: a key that is a {kind}"):
+        load_params(path)
+
+
+def test_yaml_anchors_and_aliases_are_refused_with_the_reason(tmp_path: Path) -> None:
+    """An alias bomb (nine aliases of nine aliases ...) stalls DVC's parser for minutes; a
+    plain anchor and alias are refused too, before anything is built (before: accepted)."""
+    plain = BASE.replace("  published: {provider: published}", "  published: &p {provider:"
+                         " published}").replace("  published-gpt-4o: {provider: published}",
+                                                "  published-gpt-4o: *p")  # fmt: skip
+    assert yaml.safe_load(plain)["judges"]["published-gpt-4o"] == {"provider": "published"}
+    with pytest.raises(ConfigError, match=r"line 3: an anchor \(&p\).*alias bomb"):
+        load_params(_params_file(tmp_path, plain))
+    bomb = "lol:\n  a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    for i in range(1, 9):
+        bomb += f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n"
+    with pytest.raises(ConfigError, match="anchors and aliases are refused"):
+        load_params(_params_file(tmp_path, BASE + bomb))
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("models", "q", "slice", "summhay", "first"), "'3'"),
+        (("models", "q", "slice", "summhay", "first"), "true"),
+        (("models", "q", "slice", "summhay", "first"), "3.0"),
+        (("models", "q", "max_tokens"), "'512'"),
+        (("models", "q", "temperature"), "'0.5'"),
+        (("models", "q", "samples"), "true"),
+        (("models", "q", "length_study"), "'yes'"),
+        (("models", "q", "length_study"), "1"),
+        (("models", "q", "model"), "7"),
+        (("judges", "local", "embedding_cache"), "'false'"),
+        (("summhay", "subtopics"), "'2'"),
+        (("crud_rag", "grid", "chunk"), "[['128', 8]]"),
+    ],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_is_refused_not_converted(
+    path: tuple[str, ...], value: str
+) -> None:
+    """Before: `first: "3"` ran 3 items and `first: true` 1 (pydantic's lax conversions); every
+    params model is strict now: a string is not a number, a bool not an int, 1 not a bool."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    raw["models"]["q"] = {**OPENAI, "slice": {"summhay": {"first": 2}}}
+    raw["summhay"]["models"].append("q")
+    node = raw
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = yaml.safe_load(value)
+    with pytest.raises(ConfigError) as e:
+        validate_params(raw)
+    where = r"\.(?:[^.\s]+\.)?".join(map(re.escape, path))  # (a union's member may follow)
+    message = str(e.value)
+    assert re.search(where + r"(\[\d+\])*: Input should be a valid", message), message
+
+
+def test_the_right_types_still_pass_strict_validation() -> None:
+    """An int where a float is meant, YAML lists where pairs are meant (CRUD-RAG's chunk
+    grid): what params.yaml writes naturally is still valid."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    raw["models"]["q"] = {**OPENAI, "temperature": 0, "price_input_per_1m": 1, "timeout_s": 30}
+    raw["summhay"]["models"].append("q")
+    raw["crud_rag"]["grid"]["chunk"] = [[128, 8], [256, 4]]
+    params = validate_params(raw)
+    assert params.models["q"].temperature == 0.0  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement, Usage
@@ -161,7 +162,7 @@ def test_a_metric_without_direction_and_a_main_metric_must_have_one() -> None:
         metrics = (length,)
 
     with pytest.raises(NotImplementedError, match="main metric must have a better direction"):
-        NoWay().score(SimpleNamespace(), [], [])
+        aggregation.score(NoWay(), SimpleNamespace(), [], [])  # type: ignore[arg-type]
 
 
 def test_combine_pools_over_all_items() -> None:
@@ -200,7 +201,47 @@ def test_summhay_join_errors_name_the_file_and_line(mirror: Path, fault: str) ->
     js = list(published.judgements("published-gpt-4o", files, data_dir, gens))
     run, where = faulty_run(fault, gens, js, "news1/nope")
     scoring = SimpleNamespace(modes=["paper"], partial_credit=50)
-    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring))
+    params = SimpleNamespace(seed=0, models={})
+    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring), params=params)
     with pytest.raises(DataError) as e:
-        SummHay().score(ctx, [hay], [run])
+        aggregation.score(SummHay(), ctx, [hay], [run])
     assert where in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "parts", "message", "key"),
+    [
+        # a misspelled metric: before, the row read `m: None` with n_scored 1, silently
+        ({"mm": 1.0}, {"r": (1.0, 2.0)}, "names the metric 'mm', which b does not declare", "mm"),
+        ({}, {"r": (1.0, 2.0)}, "has no value of 'm'", "m"),
+        ({"m": 1.0}, {}, "has no parts of 'r'", "r"),
+        ({"m": 1.0, "r": 0.5}, {}, "gives a value of 'r', a ratio metric", "r"),
+        ({}, {"m": (1.0, 1.0), "r": (1.0, 2.0)}, "gives parts of 'm', a mean metric", "m"),
+    ],
+)
+def test_an_item_score_gives_every_declared_metric_and_no_other(
+    values: dict[str, Any], parts: dict[str, tuple[float, float]], message: str, key: str
+) -> None:
+    g = _gen("i1")
+    run = Run("m", "j", [g], [_judgement(g)], ["gens.jsonl:1"], ["js.jsonl:1"])
+
+    def score(item: int, g: Generation, j: Judgement) -> Any:
+        return Scored([ItemScore("i1", values=values, parts=parts)])
+
+    with pytest.raises(DataError, match=message) as e:
+        score_rows("b", [MEAN, RATIO], [run], {"i1": 1}, score)
+    assert e.value.file == "gens.jsonl:1" and e.value.item == "i1" and e.value.field == key
+    assert "b: the item score" in str(e.value)
+
+
+def test_none_says_a_declared_metric_is_undefined_for_an_item() -> None:
+    g1, g2 = _gen("i1"), _gen("i2")
+    run = Run("m", "j", [g1, g2], [_judgement(g1), _judgement(g2)])
+
+    def score(item: int, g: Generation, j: Judgement) -> Any:
+        if item == 1:
+            return Scored([ItemScore("i1", values={"m": None, "r": None})])
+        return Scored([ItemScore("i2", values={"m": 0.5}, parts={"r": (1.0, 4.0)})])
+
+    (row,) = score_rows("b", [MEAN, RATIO], [run], {"i1": 1, "i2": 2}, score).rows
+    assert row.metrics == {"m": 0.5, "r": 25.0} and row.counts.n_scored == 2

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.core.config import Slice, validate_params
+from pipeline.core.config import Slice
 from pipeline.core.errors import ConfigError
+from pipeline.core.params import validate_params
 from tests.conftest import ROOT
 
 IDS = ["news1/a", "news1/b", "news2/c", "conv1/d", "news1@25k/a"]
@@ -95,3 +96,23 @@ def test_summhay_cuts_inside_haystacks_and_studies_lengths_by_opt_in(mirror: Pat
     lead = BaselineModel(provider="baseline", kind="lead", settings=["oracle"])
     assert studied("mine", mine, [hay, derived]) == [hay]  # opt-in: off for a model with calls
     assert studied("lead", lead, [hay, derived]) == [hay, derived]
+
+
+def test_a_slice_naming_an_unknown_item_is_an_error_naming_it(mirror: Path) -> None:
+    """Issue 36, point 13. Before: `items: [news1, news99]` ran news1 and dropped news99
+    without a word."""
+    from pipeline.benchmarks.summhay.benchmark import SummHay
+    from pipeline.data.haystacks import load_raw_haystack, normalise
+    from pipeline.stages.generate import sliced
+
+    hay = normalise("news1", load_raw_haystack(mirror / "summhay/topic_news1.json"), "x.json")
+    bench = SummHay()
+    first = hay.subtopics[0].item_id
+    assert bench.items(sliced(bench, [hay], Slice(items=["news1"]), "m", "d.jsonl"))
+    for items, unknown in (
+        (["news1", "news99"], "'news99'"),
+        ([first, "news1/nope", "conv9"], "'news1/nope', 'conv9'"),
+    ):
+        with pytest.raises(ConfigError, match=r"models\.m\.slice\.summhay") as err:
+            sliced(bench, [hay], Slice(items=items), "m", "d.jsonl")
+        assert f"names no item of d.jsonl: {unknown}" in str(err.value)

@@ -93,3 +93,15 @@ def first_answer_garbage_judge(body: dict[str, Any]) -> str:
     if _is_judge(task) and len(body.get("messages", [])) == 1:
         return "Covered: yes."
     return respond(body)
+
+
+def by_model(body: dict[str, Any]) -> str:
+    """Like `respond`, but each model writes its own summaries (its name in every bullet), as
+    different models do: no two models' outputs, and so no two judge requests, are the same."""
+    task = _task_text(body)
+    if _is_judge(task):
+        return _judge(task)
+    model = str(body.get("model", ""))
+    return "\n".join(
+        line.replace("- Point", f"- {model}: point", 1) for line in _summary(task).splitlines()
+    )

@@ -142,7 +142,8 @@ def _direct_usage(proj: Path, base_url: str) -> tuple[int, int, str]:
     import openai
 
     from pipeline.core import registry
-    from pipeline.core.config import OpenAIModel, load_params
+    from pipeline.core.config import OpenAIModel
+    from pipeline.core.params import load_params
     from pipeline.stages.common import context, read_dataset
 
     bench = registry.get("summhay")

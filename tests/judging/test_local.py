@@ -210,7 +210,7 @@ def test_agreement_stage_scores_annotated_summaries_with_the_local_judge(tmp_pat
     """The agreement stage's hook: bullets numbered as the annotators' (header line included)."""
     from pipeline.benchmarks.summhay.agreement import Label
     from pipeline.core import registry
-    from pipeline.core.config import validate_params
+    from pipeline.core.params import validate_params
     from pipeline.stages.agreement import judge_labelled
     from pipeline.stages.common import context
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core import registry
-from pipeline.core.config import validate_params
+from pipeline.core.params import validate_params
 from pipeline.stages.construct import construct
 from pipeline.stages.generate import generate
 

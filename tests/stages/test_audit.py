@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.core.config import load_params
 from pipeline.core.errors import DataError, LfbenchError
+from pipeline.core.params import load_params
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.stages.tracking import FINGERPRINT, RunSpec, sync
 from pipeline.tools.audit import (

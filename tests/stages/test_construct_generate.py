@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from pipeline.core import registry
-from pipeline.core.config import validate_params
 from pipeline.core.errors import DataError, StageFailed
+from pipeline.core.params import validate_params
 from pipeline.stages.construct import construct
 from pipeline.stages.generate import generate
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pipeline.core import registry
-from pipeline.core.config import validate_params
 from pipeline.core.errors import ConfigError
+from pipeline.core.params import validate_params
 from pipeline.core.types import ChatRequest, EndpointConfig
 from pipeline.stages.common import context, read_dataset
 from pipeline.stages.construct import construct

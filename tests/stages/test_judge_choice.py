@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from pipeline.core import registry
-from pipeline.core.config import validate_params
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_jsonl
+from pipeline.core.params import validate_params
 from pipeline.core.records import Generation
 from pipeline.stages.common import applies
 from pipeline.stages.construct import construct

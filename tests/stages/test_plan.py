@@ -4,6 +4,7 @@ commands it reads; the agreement stage's cap on an LLM judge's samples."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ def test_the_agreement_stage_gives_an_llm_judge_its_capped_samples(
     cap: dict[str, object], expected: int
 ) -> None:
     from pipeline.core import registry
-    from pipeline.core.config import validate_params
+    from pipeline.core.params import validate_params
     from pipeline.core.records import Generation
     from pipeline.stages.agreement import llm_labelled
     from pipeline.stages.common import context
@@ -173,3 +174,45 @@ def test_stand_ins_of_two_outputs_are_two_requests(tmp_path: Path) -> None:
     built = [Built(request, 7, "g1"), Built(request, 7, "g2"), Built(request, 7, "g2")]
     plan = fill(StagePlan("s", "judge"), ep, built, tmp_path, "s", None, None)
     assert (plan.requests, plan.cache_hits, plan.prompt_tokens) == (2, 0, 2 * (2 + 7))
+
+
+def test_an_entry_without_prices_plans_an_unknown_cost_not_zero(tmp_path: Path) -> None:
+    """Issue 36, point 11. Before: a model whose entry names no prices planned cost_usd_max 0.0,
+    with no note; now its cost is unknown (None, `?` in the table, the total unknown too) and a
+    note says which prices to set (0 for a free local model)."""
+    from pipeline.core.params import validate_params
+    from pipeline.stages.plan import Plan, render, unpriced
+
+    mine = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    params = validate_params(
+        {
+            "models": {
+                "free": {**mine, "price_input_per_1m": 0, "price_output_per_1m": 0},
+                "half": {**mine, "price_input_per_1m": 1.5},
+                "mine": mine,
+            },
+            "judges": {"local": {"provider": "local"}},
+            "summhay": {"models": ["free", "half", "mine"], "judges": ["local"]},
+        },
+        benchmarks=["summhay"],
+    )
+    assert unpriced(params.models["free"]) == []
+    assert unpriced(params.models["half"]) == ["price_output_per_1m"]
+    assert unpriced(params.models["mine"]) == ["price_input_per_1m", "price_output_per_1m"]
+    request = ChatRequest("k", [{"role": "user", "content": "hello world"}], "sha")
+    ep = endpoint(price_input_per_1m=0.0, price_output_per_1m=0.0)
+    missing = unpriced(params.models["mine"])
+    plan = fill(StagePlan("s", "generate", model="mine"), ep, [Built(request)], tmp_path, "s",
+                Measured(4, 40, 1.0), None, unpriced=missing)  # fmt: skip
+    assert plan.requests == 1 and plan.cost_usd_max is None and plan.cost_usd_est is None
+    assert any("cost unknown" in n and "price_input_per_1m" in n for n in plan.notes)
+    free = fill(StagePlan("s2", "generate", model="free"), ep, [Built(request)], tmp_path, "s2",
+                None, None)  # fmt: skip
+    assert free.cost_usd_max == 0.0 and not free.notes
+    both = Plan(["s", "s2"], [plan, free], [])
+    assert both.totals()["cost_usd_max"] is None
+    assert (
+        json.loads(json.dumps(both.to_json(), allow_nan=False))["rows"][0]["cost_usd_max"] is None
+    )
+    table = render(both)
+    assert "cost unknown" in table and "?" in table.splitlines()[1]

@@ -576,6 +576,59 @@ def test_entry_sha_follows_what_an_entry_answers_not_how_it_is_reached() -> None
         assert entry_sha(OpenAIModel.model_validate(base | changed), "summhay") != sha, changed
 
 
+def test_a_rows_sampling_settings_are_params_beside_entry_sha(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35, point 5: the model's and the judge's temperature, top_p, max_tokens and seed
+    were only inside `model.entry_sha`. They are params of each row's run; a run logged before
+    (same result) gets them added in place, no new run."""
+    from dataclasses import replace
+
+    from pipeline.core.benchmark import RunRow
+    from pipeline.core.params import load_params
+    from pipeline.stages.aggregate import run_spec, sampling
+
+    params = load_params(ROOT / "params.yaml", [])
+    from pipeline.core.config import OpenAIJudge, OpenAIModel
+
+    endpoint = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1"}
+    model = OpenAIModel.model_validate({**endpoint, "model": "qwen", "temperature": 0.7})
+    judge = OpenAIJudge.model_validate({**endpoint, "model": "gpt", "seed": None, "top_p": 0.9})
+    params = params.model_copy(
+        update={"models": {"m1": model}, "judges": {"j": judge, **params.judges}}
+    )
+    got = sampling(params, "m1", "j")
+    assert got == {
+        "model.served": "qwen",
+        "model.temperature": "0.7",
+        "model.top_p": "none",
+        "model.max_tokens": "1024",
+        "model.seed": "0",
+        "judge.served": "gpt",
+        "judge.temperature": "0.0",
+        "judge.top_p": "0.9",
+        "judge.max_tokens": "1024",
+        "judge.seed": "none",
+    }
+    assert sampling(params, "lead", "local") == {}  # no endpoint, nothing sampled
+    row = RunRow("k", "n", {"m": 1.0}, {"system": "s"}, {}, model="m1", judge="j")
+    spec = run_spec(SimpleBench(), params, row, lineage={"model.entry_sha": "e1"})
+    assert spec.params["model.temperature"] == "0.7" and spec.params["system"] == "s"
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = _client(tmp_path)
+    older = replace(spec, params={"system": "s"})  # logged by an lfbench without them
+    assert _counts(sync("t", [older], tmp_path, producer="b-aggregate")) == (1, 0, 0)
+    (run_id,) = _current_ids(client).values()
+    assert _counts(sync("t", [spec], tmp_path, producer="b-aggregate")) == (0, 1, 0)
+    assert client.get_run(run_id).data.params["judge.top_p"] == "0.9"
+
+
+class SimpleBench:
+    name = "b"
+    version = "1"
+
+
 # ---------------------------------------------------------------- syncs stopped half-way
 
 # A sync whose writing of one run's artifacts is where it stops: by a real signal to its own

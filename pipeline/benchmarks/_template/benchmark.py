@@ -1,206 +1,141 @@
-"""_template: fact recall of answers over given documents, a small benchmark on the contract.
+"""_template: fact recall of answers over given documents (README.md in this folder).
 
-Replace what this benchmark measures, keep its shape (see README.md in this folder):
-
-- construct: the built-in examples, or a JSONL file of items (`source`), validated;
-- generate: an answer per item, from a model (the `generate` prompt) or a no-model baseline;
-- judge: per (answer, fact) `yes` / `partial` / `no`, from an LLM (the `judge` prompt, one call
-  per fact) or the local judge (the facts as units, the answer's sentences as bullets);
-- results: recall per item (yes 1, partial 0.5, no 0; invalid verdicts left out and counted),
-  declared once as a `Metric`; the stage layer joins items, generations and judgements, counts,
-  pools the mean over items per (system, setting, judge), writes the table, the MLflow runs and
-  compares systems (`pipeline/core/results.py`). No row, join, counter or MLflow code here.
-
-Pure: no file is read or written here and no model is called; the stage layer does both.
+An item is a question, its documents and the facts a good answer states; a model (or a no-model
+baseline) answers; a judge says, per fact, yes / partial / no: an LLM (`judge` prompt), a rule
+that needs no model (`_template-match`: the fact's words in the answer) or the local judge.
+Recall per item: yes 1, partial 0.5, no 0; invalid verdicts left out and counted.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from statistics import fmean
+from typing import Literal
 
-from pipeline.benchmarks._template.params import TemplateParams
-from pipeline.benchmarks._template.schema import Item, examples, parse_items
-from pipeline.core.benchmark import (
-    Asker,
-    Benchmark,
-    Constructed,
-    Context,
-    Coverage,
-    CoverageCase,
-    CoverageVerdictLike,
-    JudgePrompts,
-    JudgeTask,
-    Parser,
-    Planned,
-    judge_task,
-    label_parser,
-)
-from pipeline.core.config import BaselineModel, ModelSpec, OpenAIModel
-from pipeline.core.errors import ConfigError
-from pipeline.core.parse import ParseError, load_object
-from pipeline.core.records import Generation, Judgement, Verdict, generation_id
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline import blocks
+from pipeline.core.benchmark import Benchmark, Constructed, Context, Coverage, LLMJudge, Planned
+from pipeline.core.config import BenchmarkParams, ModelSpec, OpenAIModel, OwnedJudge, PromptFiles
+from pipeline.core.records import Generation, Judgement, Verdict, validate_lines
 from pipeline.core.results import Invalid, ItemScore, Metric, Outcome, Scored
-from pipeline.core.types import ChatRequest
 
-SETTING = "documents"  # one context setting: all the item's documents
 LABELS = {"yes": 1.0, "partial": 0.5, "no": 0.0}
-FROM_COVERAGE = {"FULL_COVERAGE": "yes", "PARTIAL_COVERAGE": "partial", "NO_COVERAGE": "no"}
-_MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
-_CITATION = re.compile(r"\s*\[\d+\]")
+FOLDER = "pipeline/benchmarks/_template"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Document(Strict):
+    doc_id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
+class Fact(Strict):
+    fact_id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
+class Item(Strict):  # one line of the source file, and of datasets/_template.jsonl
+    item_id: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    documents: list[Document] = Field(min_length=1)
+    facts: list[Fact] = Field(min_length=1)
+
+
+class TemplatePrompts(PromptFiles):
+    generate: str = f"{FOLDER}/prompts/generate.txt"
+    judge: str = f"{FOLDER}/prompts/judge.txt"
+    repair: str = f"{FOLDER}/prompts/repair.txt"
+
+
+class TemplateParams(BenchmarkParams):  # the `_template:` section of params.yaml
+    source: str = Field(default=f"{FOLDER}/examples.jsonl", description="a JSONL file of items")
+    max_words: int = Field(default=80, ge=1, description="answer length of no-model baselines")
+    prompts: TemplatePrompts = TemplatePrompts()
+
+
+class MatchJudge(OwnedJudge):  # a judges entry `provider: _template-match`
+    provider: Literal["_template-match"]
 
 
 Ctx = Context[TemplateParams]
+WORD = re.compile(r"\w{4,}")
 
 
-def documents_text(item: Item) -> str:
-    return "\n\n".join(f"Document {n}:\n{d.text}" for n, d in enumerate(item.documents, start=1))
+class Match(blocks.RuleJudge[TemplateParams, Item]):
+    """yes when every word of 4+ letters of the fact is in the answer, partial for half."""
 
-
-def answer_sentences(text: str) -> list[str]:
-    """The answer's sentences, list markers and citations removed."""
-    from pipeline.baselines import split_sentences
-
-    out = []
-    for s in split_sentences(text):
-        s = _CITATION.sub("", _MARKER.sub("", s)).strip()
-        if s:
-            out.append(s)
-    return out
-
-
-def parse_verdict(text: str | None) -> str:
-    """`{"verdict": "yes" | "partial" | "no"}` (case and brackets ignored)."""
-    value = load_object(text).get("verdict")
-    label = value.strip().strip("[]").lower() if isinstance(value, str) else None
-    if label not in LABELS:
-        raise ParseError(f'"verdict" must be one of {", ".join(LABELS)}, got {json.dumps(value)}')
-    return label
-
-
-def item_recall(item: Item, j: Judgement | None) -> tuple[float | None, int]:
-    """(recall over the facts with a usable verdict or None if none, invalid verdicts)."""
-    if j is None:
-        return None, 0
-    by_fact = {v.target_id: v for v in j.verdicts}
-    scores, invalid = [], 0
-    for f in item.facts:
-        v = by_fact.get(f.fact_id)
-        if v is None or v.status != "ok":
-            invalid += 1
-            continue
-        scores.append(LABELS[v.label])
-    return (fmean(scores) if scores else None), invalid
+    def verdicts(self, item: Item, generation: Generation) -> list[Verdict]:
+        answer = set(WORD.findall((generation.text or "").lower()))
+        out = []
+        for f in item.facts:
+            words = set(WORD.findall(f.text.lower()))
+            share = len(words & answer) / len(words) if words else 1.0
+            label = "yes" if share == 1 else "partial" if share >= 0.5 else "no"
+            out.append(Verdict(target_id=f.fact_id, label=label))
+        return out
 
 
 class TemplateCoverage(Coverage[TemplateParams, Item]):
     """The local judge on an answer: the item's facts against its sentences."""
 
-    def cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[CoverageCase]:
-        targets = [(f.fact_id, f.text) for f in item.facts]
-        return [CoverageCase(targets, answer_sentences(generation.text or ""))]
+    def cases(self, ctx: Ctx, item: Item, generation: Generation) -> list[blocks.CoverageCase]:
+        return blocks.sentence_case({f.fact_id: f.text for f in item.facts}, generation)
 
-    def verdict(self, target: str, verdict: CoverageVerdictLike) -> Verdict:
-        if verdict.label not in FROM_COVERAGE:
-            raise ValueError(f"unknown coverage label {verdict.label!r}")
-        return Verdict(
-            target_id=target,
-            label=FROM_COVERAGE[verdict.label],
-            link=verdict.bullet,
-            raw=verdict.label,
-        )
+    def verdict(self, target: str, verdict: blocks.CoverageVerdictLike) -> Verdict:
+        label = {"FULL_COVERAGE": "yes", "PARTIAL_COVERAGE": "partial"}.get(verdict.label, "no")
+        return Verdict(target_id=target, label=label, link=verdict.bullet, raw=verdict.label)
+
+
+def judge_task(g: Generation, item: Item, prompts: blocks.JudgePrompts) -> blocks.JudgeTask:
+    facts = {f.fact_id: {"answer": g.text or "", "fact": f.text} for f in item.facts}
+    return blocks.unit_task(g, facts, prompts, blocks.choice("verdict", list(LABELS)))
 
 
 class Template(Benchmark[TemplateParams, Item, Item]):
     name = "_template"
-    coverage = TemplateCoverage()
     version = "1"
     params_model = TemplateParams
     record = Item
-    judge_prompts = ("judge", None, "repair")  # one call per fact: no batched form
+    providers = (MatchJudge,)
+    metrics = (Metric("recall", "fact recall", lo=0.0, hi=1.0),)
+    llm_judge = LLMJudge(task=judge_task)  # prompts `judge` and `repair`
+    no_model_judge = Match()
+    coverage = TemplateCoverage()
 
-    # ---- construct
-
-    def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Item]:
-        source = ctx.section.source
-        items = examples() if source is None else parse_items(ctx.inputs.jsonl(source), source)
-        n_facts = sum(len(i.facts) for i in items)
-        return Constructed(items, summary=f"{len(items)} items, {n_facts} facts")
+    def construct(self, ctx: Ctx, ask: object) -> Constructed[Item]:
+        src = ctx.section.source
+        items = [i for _, i in validate_lines(ctx.inputs.jsonl(src), Item, src)]
+        return Constructed(items, summary=f"{len(items)} items")
 
     def items(self, dataset: Sequence[Item]) -> dict[str, Item]:
         return {i.item_id: i for i in dataset}
 
-    # ---- generate
-
     def plan_generations(
         self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Item]
     ) -> list[Planned]:
-        prompt = ctx.prompt("generate")
-        system = spec.system or model
-        out = []
-        for item in dataset:
-            content = prompt.render(question=item.question, documents=documents_text(item))
-            request = ChatRequest(
-                key=generation_id(item.item_id, system, SETTING, 0),
-                messages=[{"role": "user", "content": content}],
-                prompt_sha=prompt.sha,
-            )
-            meta = {"prompt": prompt.path, "prompt_sha": prompt.sha}
-            out.append(Planned(request, item.item_id, system, SETTING, 0, meta))
-        return out
+        fields = {i.item_id: {"question": i.question, "documents": docs(i)} for i in dataset}
+        return blocks.prompt_each(ctx, model, spec.system, fields)
 
     def offline_generations(
         self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Item]
     ) -> list[Generation]:
-        from pipeline import baselines
+        sources = {i.item_id: (i.question, [d.text for d in i.documents]) for i in dataset}
+        return blocks.baseline_each(self.name, model, spec, sources, 3, ctx.section.max_words)
 
-        if not isinstance(spec, BaselineModel):
-            raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run {self.name}")
-        summarize = baselines.lead if spec.kind == "lead" else baselines.extractive
-        out = []
-        for item in dataset:
-            docs = [baselines.Doc(n, d.text) for n, d in enumerate(item.documents, start=1)]
-            text = summarize(item.question, docs, spec.bullets or len(item.facts))
-            text = " ".join(text.split()[: ctx.section.max_words])
-            meta = {"prompt_sha": f"baseline-{spec.kind}"}
-            system = spec.system or model
-            out.append(
-                Generation.offline(self.name, item.item_id, model, system, SETTING, text, meta)
-            )
-        return out
-
-    # ---- judge
-
-    def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
-        return fact_task(generation, item, prompts)
-
-    # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
-
-    metrics = (Metric("recall", "fact recall", higher_is_better=True, lo=0.0, hi=1.0),)
-
-    def item_score(
-        self, ctx: Ctx, item: Item, generation: Generation, judgement: Judgement
-    ) -> Outcome:
-        recall, invalid = item_recall(item, judgement)
-        if recall is None:
+    def item_score(self, ctx: Ctx, item: Item, generation: Generation, j: Judgement) -> Outcome:
+        labels = {v.target_id: v.label for v in j.verdicts if v.status == "ok"}
+        scores = [LABELS[labels[f.fact_id]] for f in item.facts if f.fact_id in labels]
+        invalid = len(item.facts) - len(scores)
+        if not scores:
             return Invalid("no usable verdict", invalid_verdicts=invalid)
-        score = ItemScore(
-            item.item_id, values={"recall": recall}, detail={"facts": len(item.facts)}
-        )
-        return Scored([score], invalid_verdicts=invalid)
+        detail = {"facts": len(item.facts)}
+        return Scored([ItemScore(item.item_id, {"recall": fmean(scores)}, detail=detail)], invalid)
 
 
-def fact_task(gen: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
-    """One call per fact of the item: does the answer state it?"""
-    answer = gen.text or ""
-    facts = {f.fact_id: f.text for f in item.facts}
-
-    def one(fact_id: str) -> str:
-        return prompts.prompt.render(answer=answer, fact=facts[fact_id])
-
-    def parse_one(fact_id: str) -> Parser:
-        return label_parser(fact_id, parse_verdict)
-
-    return judge_task(gen, list(facts), prompts, one, parse_one)
+def docs(item: Item) -> str:
+    return "\n\n".join(f"Document {n}:\n{d.text}" for n, d in enumerate(item.documents, 1))

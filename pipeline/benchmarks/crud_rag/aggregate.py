@@ -8,7 +8,7 @@ failed generations and judgements by the stage layer's counters."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pipeline.benchmarks.crud_rag import metrics as M
@@ -36,6 +36,9 @@ METRICS = (
     _pct("precision", "RAGQuestEval precision"),
     _pct("recall", "RAGQuestEval recall"),
 )
+# A judge gives some of the metrics (the text metrics, or RAGQuestEval's): the others are
+# undefined for its items.
+UNDEFINED: dict[str, float | None] = {m.name: None for m in METRICS}
 KNOBS = ("chunk_size", "chunk_overlap", "retriever", "top_k")
 EMPTY_OUTPUT = "empty output"
 NO_QUESTIONS = "no questions"
@@ -57,7 +60,7 @@ def item_score(item: Item, j: Judgement) -> Outcome:
     if j.judge_prompt_sha == M.SHA:
         if bad:
             return Invalid(bad[0].raw or "invalid", len(bad), keys)
-        values = {v.target_id: float(v.label) for v in j.verdicts}
+        values = UNDEFINED | {v.target_id: float(v.label) for v in j.verdicts}
         embedder = next((v.raw for v in j.verdicts if v.target_id == M.EMBEDDING), None)
         made = {"embedding_model": embedder} if embedder else {}
         return Scored([ItemScore(item.item_id, values, keys=keys, detail=made)])
@@ -68,7 +71,7 @@ def item_score(item: Item, j: Judgement) -> Outcome:
         return Invalid((bad[0].raw or "invalid")[:120] if bad else "no verdict", len(bad), keys)
     s = questeval.score(qset, {v.target_id: v.label for v in j.verdicts})
     detail = {"n_questions": s.n_questions, "n_answered": s.n_answered}
-    values = {"precision": s.precision, "recall": s.recall}
+    values = UNDEFINED | {"precision": s.precision, "recall": s.recall}
     return Scored([ItemScore(item.item_id, values, keys=keys, detail=detail)])
 
 
@@ -99,18 +102,3 @@ def ordered(section: CrudParams, rows: Sequence[ResultRow]) -> list[ResultRow]:
         return (r.keys["task"], r.model, r.system, r.judge, at)
 
     return sorted(rows, key=key)
-
-
-def summary(rows: Sequence[ResultRow]) -> dict[str, Any]:
-    """{task/system/judge: {setting: {bleu, bleu_bp, rouge_l, precision, recall}}} for `dvc
-    metrics` (x100, 2 decimals)."""
-    out: dict[str, Any] = {}
-    for r in rows:
-        cell = {k: round(v, 2) for k in SUMMARY if (v := r.metrics.get(k)) is not None}
-        out.setdefault(f"{r.keys['task']}/{r.system}/{r.judge}", {})[r.setting] = cell
-    return out
-
-
-def knob_params(row: Mapping[str, Any]) -> dict[str, str]:
-    """The knob columns of a row, as MLflow params."""
-    return {k: str(row[k]) for k in ("knob", *KNOBS)}

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,18 +34,19 @@ from pipeline.benchmarks.crud_rag.schema import (
     parse_released,
 )
 from pipeline.core.benchmark import (
-    Aggregated,
     Asker,
     Benchmark,
     Constructed,
     Context,
-    JudgePrompts,
-    JudgeTask,
+    LLMJudge,
+    NoModelJudge,
+    Paper,
     Planned,
     ReportSection,
     Run,
     RunRow,
     Scorer,
+    Tables,
 )
 from pipeline.core.config import (
     BaselineModel,
@@ -58,7 +59,17 @@ from pipeline.core.config import (
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.markdown import need
 from pipeline.core.records import Generation, Judgement
-from pipeline.core.results import Excluded, Invalid, ItemScore, Outcome, ResultRow
+from pipeline.core.results import (
+    Excluded,
+    Invalid,
+    ItemScore,
+    Outcome,
+    ResultRow,
+    Results,
+    RowKey,
+    RunFields,
+    Summary,
+)
 from pipeline.core.types import EndpointConfig
 
 RELEASED_FILE = "event_summary.first1328.json"
@@ -70,19 +81,98 @@ class TextScorer(Scorer):
         return metrics.text_metrics(generation, reference)
 
 
+class TextMetrics(NoModelJudge[CrudParams, Item]):
+    """The text metrics against the reference (provider crud_rag-text), and an embedding
+    similarity when the entry names embeddings."""
+
+    def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
+        return spec.embedding if isinstance(spec, TextJudge) else None
+
+    def judgements(
+        self,
+        ctx: Ctx,
+        judge: str,
+        spec: JudgeSpec,
+        items: Mapping[str, Item],
+        gens: Sequence[Generation],
+    ) -> list[Judgement]:
+        assert isinstance(spec, TextJudge)  # judge_kind: the one judge of its own
+        sims: dict[str, float] = {}
+        if ctx.embed is not None and spec.embedding is not None:
+            sims = metrics.embedding_similarities(ctx.embed, gens, items)
+        label = metrics.embedding_label(spec.embedding)
+        from pipeline.core.parallel import fork_map
+
+        # each generation's text metrics on their own: on every core, in order
+        return fork_map(
+            lambda g: metrics.judgement(
+                g, items[g.item_id], judge, sims.get(g.generation_id), label
+            ),
+            gens,
+            min_items=100,
+        )
+
+
+class KnobStudy(Paper[CrudParams, Item]):
+    """The paper's knob study: the rows in its order of settings, a block per knob, its plot."""
+
+    def rows(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Item],
+        runs: Sequence[Run],
+        rows: list[ResultRow],
+        scores: dict[RowKey, list[ItemScore]],
+    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+        return A.ordered(ctx.section, rows), scores
+
+    def tables(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Item],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+        scores: Mapping[RowKey, Sequence[ItemScore]],
+    ) -> Tables:
+        cx = ctx.section
+        source = "released:event_summary" if cx.source == RELEASED else cx.source
+        report, figures = render(cx, dataset, [r.flat() for r in rows], source)
+
+        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            # the knob-study plot on the base setting's runs
+            return replace(run, plots=figures) if row["knob"] == "base" else run
+
+        return Tables(sections={"source": source}, report=report, figures=figures, run=run)
+
+    def report_section(
+        self, metrics_file: Mapping[str, Any], where: str, table: Callable[[], ReportSection]
+    ) -> ReportSection:
+        section = table()
+        rows = metrics_file["rows"]
+        for n, r in enumerate(rows, 1):
+            need(
+                r,
+                ("task", "knob", *A.KNOBS, "n_failed_generations", "n_failed_judgements"),
+                where,
+                n,
+            )
+        lines = [f"The knob study ({metrics_file.get('source', '?')}).", ""]
+        lines += knob_blocks(rows, knob_cols(rows))
+        plot = figure(rows)
+        figures = [("CRUD-RAG knob study", plot)] if plot else []
+        return ReportSection([*section.lines, *lines], [*section.figures, *figures])
+
+
 class CrudRag(Benchmark[CrudParams, Item, Item]):
     name = "crud_rag"
-    plotted = ("rouge_l", "bleu", "bleu_bp")
+    paper = KnobStudy()
     title = "CRUD-RAG"
     version = "1"
     params_model = CrudParams
     record = Item
     model_providers = frozenset({"openai", "baseline"})
-    judge_providers = frozenset({"openai"})
-    judge_specs = (TextJudge,)
-    judge_prompts = ("quest_answer", None, "repair")
+    providers = (TextJudge,)
     scorer = TextScorer()
-    construct_files = True
 
     def check_params(self, section: CrudParams, params: Params) -> None:
         llm = section.quest_eval.llm
@@ -111,9 +201,6 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
         if not docs:
             raise DataError("no news items in the corpus folder", file=cx.corpus)
         return docs
-
-    def construction_llm(self, section: CrudParams) -> str | None:
-        return section.quest_eval.llm
 
     def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Item]:
         cx = ctx.section
@@ -169,44 +256,26 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
         system = spec.system or model
         return generation.offline(ctx.section, model, system, spec.kind, dataset, self.corpus(ctx))
 
-    # ---- judge
+    # ---- judge: RAGQuestEval by an LLM, or the text metrics (no model)
 
-    def judge_task(self, generation: Generation, item: Item, prompts: JudgePrompts) -> JudgeTask:
-        return questeval.judge_task(generation, item, prompts)
-
-    def embedding(self, spec: JudgeSpec) -> str | EndpointConfig | None:
-        return spec.embedding if isinstance(spec, TextJudge) else None
-
-    def offline_judgements(
-        self,
-        ctx: Ctx,
-        judge: str,
-        spec: JudgeSpec,
-        dataset: Sequence[Item],
-        gens: Sequence[Generation],
-    ) -> list[Judgement]:
-        if not isinstance(spec, TextJudge):
-            raise ConfigError(f"judges.{judge}: crud_rag has no released judgements to replay")
-        items = self.items(dataset)
-        sims: dict[str, float] = {}
-        if ctx.embed is not None and spec.embedding is not None:
-            sims = metrics.embedding_similarities(ctx.embed, gens, items)
-        label = metrics.embedding_label(spec.embedding)
-        from pipeline.core.parallel import fork_map
-
-        # each generation's text metrics on their own: on every core, in order
-        return fork_map(
-            lambda g: metrics.judgement(
-                g, items[g.item_id], judge, sims.get(g.generation_id), label
-            ),
-            gens,
-            min_items=100,
-        )
+    llm_judge = LLMJudge(task=questeval.judge_task, prompt="quest_answer")
+    no_model_judge = TextMetrics()
 
     # ---- results: declared once; the stage layer joins, counts, pools, logs and compares
 
     metrics = A.METRICS
-    group_keys = ("task",)
+    results = Results(
+        group_keys=("task",),
+        plotted=("rouge_l", "bleu", "bleu_bp"),
+        summary=Summary(
+            group=("task", "system", "judge"),
+            name=("setting",),
+            metrics=A.SUMMARY,
+            digits=2,
+            keep_none=False,
+        ),
+        runs=RunFields(params={k: k for k in ("knob", *A.KNOBS)}, tags={"knob": "knob"}),
+    )
 
     def item_score(
         self, ctx: Ctx, item: Item, generation: Generation, judgement: Judgement
@@ -223,44 +292,3 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
 
     def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
         A.row_extra(ctx.section, ctx.params, row, scores)
-
-    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
-        return A.summary(rows)
-
-    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
-        run = super().run_row(row, scores)
-        knobs = A.knob_params(row.extra)
-        return replace(
-            run, params={**run.params, **knobs}, tags={**run.tags, "knob": knobs["knob"]}
-        )
-
-    def aggregate(self, ctx: Ctx, dataset: Sequence[Item], runs: Sequence[Run]) -> Aggregated:
-        cx = ctx.section
-        rows, scores = self.score(ctx, dataset, runs)
-        rows = A.ordered(cx, rows)
-        source = "released:event_summary" if cx.source == RELEASED else cx.source
-        report, figures = render(cx, dataset, [r.flat() for r in rows], source)
-        agg = self.aggregated(
-            rows, scores, metrics={"source": source}, report=report, figures=figures
-        )
-        # the knob-study plot on the base setting's runs
-        runs_out = [
-            replace(r, plots=figures) if r.params["knob"] == "base" else r for r in agg.runs
-        ]
-        return replace(agg, runs=runs_out)
-
-    def report_section(self, metrics_file: Mapping[str, Any], where: str) -> ReportSection:
-        section = super().report_section(metrics_file, where)
-        rows = metrics_file["rows"]
-        for n, r in enumerate(rows, 1):
-            need(
-                r,
-                ("task", "knob", *A.KNOBS, "n_failed_generations", "n_failed_judgements"),
-                where,
-                n,
-            )
-        lines = [f"The knob study ({metrics_file.get('source', '?')}).", ""]
-        lines += knob_blocks(rows, knob_cols(rows))
-        plot = figure(rows)
-        figures = [("CRUD-RAG knob study", plot)] if plot else []
-        return ReportSection([*section.lines, *lines], [*section.figures, *figures])

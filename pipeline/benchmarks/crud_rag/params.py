@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+import pydantic
+from pydantic import ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from pipeline.core.config import BenchmarkParams, OwnedJudge, PromptFiles, Strict, no_repeats
 from pipeline.core.types import EndpointConfig
@@ -89,7 +90,8 @@ class Grid(Strict):
     """The knob study: one factor at a time around `base` (the paper's Tables 3-7)."""
 
     base: Knobs = Knobs(chunk_size=128, chunk_overlap=0, retriever="bm25", top_k=8)
-    chunk: list[tuple[int, int]] = Field(
+    # YAML writes a pair as a list: the pair's container is lax, its numbers strict
+    chunk: list[Annotated[tuple[StrictInt, StrictInt], pydantic.Strict(False)]] = Field(
         default_factory=lambda: [(64, 16), (128, 8), (256, 4), (512, 2)],
         description="(chunk size, top-k) pairs, co-varied as in the paper's Table 3",
     )
@@ -195,3 +197,7 @@ class CrudParams(BenchmarkParams):
                 " [event_summary], or source to the authors' benchmark file"
             )
         return self
+
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return self.quest_eval.llm

@@ -14,8 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
@@ -27,7 +26,6 @@ from pipeline.benchmarks.crux.params import ContextsModel, CruxParams, LabelsJud
 from pipeline.benchmarks.crux.report import figures, render, report_section
 from pipeline.benchmarks.crux.schema import Collection, QueryView
 from pipeline.core.benchmark import (
-    Aggregated,
     Asker,
     Benchmark,
     Constructed,
@@ -35,17 +33,19 @@ from pipeline.core.benchmark import (
     Coverage,
     CoverageCase,
     CoverageVerdictLike,
-    JudgePrompts,
-    JudgeTask,
+    LLMJudge,
+    NoModelJudge,
+    Paper,
     Planned,
     ReportSection,
     Run,
     RunRow,
+    Tables,
 )
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict, validate_lines
-from pipeline.core.results import ItemScore, Outcome, ResultRow, RowKey
+from pipeline.core.results import ItemScore, Outcome, ResultRow, Results, RowKey, RunFields, Summary
 
 DERIVED = "summhay"
 Ctx = Context[CruxParams]
@@ -61,12 +61,32 @@ def _counts(dataset: Sequence[Collection]) -> str:
     )
 
 
+def rated(ctx: Ctx, view: QueryView) -> bool:
+    """Whether judges other than the labels rate this query's contexts (`judge_sample`)."""
+    n = ctx.section.judge_sample
+    return n is None or view.position < n
+
+
+class CruxLabels(NoModelJudge[CruxParams, QueryView]):
+    """The sub-questions' ratings the data carries, as a judge (provider crux-labels)."""
+
+    def judgements(
+        self,
+        ctx: Ctx,
+        judge: str,
+        spec: JudgeSpec,
+        items: Mapping[str, QueryView],
+        gens: Sequence[Generation],
+    ) -> list[Judgement]:
+        return [judging.labels_judgement(g, items[g.item_id], judge) for g in gens]
+
+
 class CruxCoverage(Coverage[CruxParams, QueryView]):
     """The local judge on a context: each sub-question against the context's passages (cut into
     `local_sentences`-sentence pieces); a query outside the judges' sample is judged by no one."""
 
     def cases(self, ctx: Ctx, item: QueryView, generation: Generation) -> list[CoverageCase]:
-        if not Crux.sampled(ctx, item):
+        if not rated(ctx, item):
             return []  # judged by no one: left out of the rows and counted
         return judging.coverage_cases(item, generation, ctx.section.local_sentences)
 
@@ -74,20 +94,122 @@ class CruxCoverage(Coverage[CruxParams, QueryView]):
         return judging.coverage_verdict(target, verdict)
 
 
+SIZES = ("passages", "tokens")  # a row's mean context size (columns, and metrics of its run)
+
+
+class CruxAnalyses(Paper[CruxParams, Collection]):
+    """CRUX's own: every context scored at every cut-off, the rows in the order of params.yaml,
+    each judge against the labels, and the contexts against the final answers (Kendall tau)."""
+
+    def runs(self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]) -> list[Run]:
+        qviews, sc = views(dataset), ctx.section.scoring
+        return [agg.at_cutoffs(r, qviews, sc) for r in runs]
+
+    def rows(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Collection],
+        runs: Sequence[Run],
+        rows: list[ResultRow],
+        scores: dict[RowKey, list[ItemScore]],
+    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+        """Within each domain: judges, retrievers, cut-offs in the order of params.yaml."""
+        cutoffs = ctx.section.scoring.cutoffs
+        judges = [r.judge for r in runs]
+        retrievers = list(dict.fromkeys(g.setting for r in runs for g in r.generations))
+        rows = sorted(
+            rows,
+            key=lambda r: (
+                r.keys["domain"], r.model, r.system, judges.index(r.judge),
+                retrievers.index(r.extra["retriever"]), cutoffs.index(r.extra["cutoff"]),
+            ),
+        )  # fmt: skip
+        return rows, scores
+
+    def tables(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Collection],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+        scores: Mapping[RowKey, Sequence[ItemScore]],
+    ) -> Tables:
+        cx = ctx.section
+        seed = ctx.params.seed
+        agreement = agg.label_agreement(cx, dataset, runs, seed)
+        answers = self._answers(ctx, views(dataset))
+        taus = []
+        if answers is not None:
+            contexts = agg.context_scores(rows, scores, cx.answers.cutoff)
+            taus = agg.tau_rows(cx, contexts, answers, seed)
+        source = f"derived:{DERIVED}" if cx.source == DERIVED else cx.source
+        flat = [r.flat() for r in rows]
+        plots = figures(flat, taus)
+        kappas = {(a["model"], a["judge"], a["domain"]): a["kappa"] for a in agreement}
+
+        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            # each context run: its judge's kappa against the labels
+            if (kappa := kappas.get((run.model, run.judge, row["domain"]))) is not None:
+                run.metrics["kappa"] = kappa
+            return run
+
+        return Tables(
+            sections={"agreement": agreement, "tau": taus, "source": source},
+            # the report in CRUX's order: data, headline, every context, analyses
+            report_text=render(cx, dataset, flat, agreement, taus, answers, source),
+            figures=plots,
+            run=run,
+            runs=agg.tau_run_rows(taus, plots),
+            summary=agg.tau_summary(taus),
+        )
+
+    def report_section(
+        self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]
+    ) -> ReportSection:
+        return report_section(metrics, where)
+
+    def _answers(self, ctx: Ctx, qviews: Mapping[str, QueryView]) -> Answers | None:
+        """The final answers whose coverage the contexts should predict (`crux.answers`)."""
+        from pipeline.retrieval.tokens import count_tokens_batch
+
+        a, sc = ctx.section.answers, ctx.section.scoring
+        if a.generations is None:
+            return None
+        lines = ctx.inputs.jsonl(a.generations)
+        gens = [g for _, g in validate_lines(lines, Generation, a.generations, "generation_id")]
+        gens = [g for g in gens if g.item_id in qviews and g.status == "ok"]
+        counts = count_tokens_batch([g.text or "" for g in gens])
+        tokens = {g.generation_id: n for g, n in zip(gens, counts, strict=True)}
+        js: list[Judgement] = []
+        for path in a.judgements:
+            lines = ctx.inputs.jsonl(path)
+            js += [j for _, j in validate_lines(lines, Judgement, path, "generation_id")]
+        scores, skipped = answer_scores(qviews, gens, js, sc.partial_answers, sc.w, tokens)
+        joint: dict[tuple[str, str, str, str], float] = {}
+        if a.metrics is not None:
+            models = {g.model for g in gens}
+            rows = [
+                r for r in ctx.inputs.json(a.metrics).get("rows", []) if r.get("model") in models
+            ]
+            first = rows[0].get("mode") if rows else None  # SummHay's first scoring mode
+            for r in rows:
+                if r.get("mode") == first and r.get("joint") is not None:
+                    key = (str(r["judge"]), str(r["domain"]), str(r["setting"]), str(r["system"]))
+                    joint[key] = float(r["joint"])
+        return Answers(scores, joint, skipped, [a.generations, *a.judgements])
+
+
 class Crux(Benchmark[CruxParams, Collection, QueryView]):
     name = "crux"
     coverage = CruxCoverage()
+    paper = CruxAnalyses()
     audit = CruxAudit()  # people rate a sample of (passage, sub-question) pairs: kappa
-    plotted = ("coverage", "alpha_ndcg", "density")
     title = "CRUX"
     version = "1"
     params_model = CruxParams
     record = Collection
     model_providers = frozenset()
-    judge_providers = frozenset({"openai", "local"})
-    model_specs = (ContextsModel,)
-    judge_specs = (LabelsJudge,)
-    judge_prompts = ("rate", None, "repair")
+    providers = (ContextsModel, LabelsJudge)
 
     def check_params(self, section: CruxParams, params: Params) -> None:
         llm = section.construction.llm
@@ -97,9 +219,6 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
             )
 
     # ---- construct
-
-    def construction_llm(self, section: CruxParams) -> str | None:
-        return section.construction.llm if section.source.endswith(".jsonl") else None
 
     def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Collection]:
         from pipeline.retrieval.tokens import count_tokens
@@ -172,81 +291,25 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
         # each query's rankings and packing on their own: on every core, in order
         return [g for gens in fork_map(of_query, list(views(dataset).values())) for g in gens]
 
-    # ---- judge
+    # ---- judge: an LLM rates a sample of the queries (`judge_sample`), the local judge, or the
+    # labels (no model)
 
-    @staticmethod
-    def sampled(ctx: Ctx, view: QueryView) -> bool:
-        """Whether judges other than the labels rate this query's contexts (`judge_sample`)."""
-        n = ctx.section.judge_sample
-        return n is None or view.position < n
-
-    def judge_tasks(
-        self,
-        ctx: Ctx,
-        judge: str,
-        spec: OpenAIJudge,
-        items: Mapping[str, QueryView],
-        gens: Sequence[Generation],
-    ) -> list[JudgeTask]:
-        sampled = [g for g in gens if self.sampled(ctx, items[g.item_id])]
-        return super().judge_tasks(ctx, judge, spec, items, sampled)
-
-    def judge_task(
-        self, generation: Generation, item: QueryView, prompts: JudgePrompts
-    ) -> JudgeTask:
-        return judging.rating_task(generation, item, prompts)
-
-    def offline_judgements(
-        self,
-        ctx: Ctx,
-        judge: str,
-        spec: JudgeSpec,
-        dataset: Sequence[Collection],
-        gens: Sequence[Generation],
-    ) -> list[Judgement]:
-        if not isinstance(spec, LabelsJudge):
-            raise ConfigError(f"judges.{judge}: CRUX has no released judgements to replay")
-        qviews = views(dataset)
-        return [judging.labels_judgement(g, qviews[g.item_id], judge) for g in gens]
-
-    # ---- aggregate and report
-
-    def _answers(self, ctx: Ctx, qviews: Mapping[str, QueryView]) -> Answers | None:
-        """The final answers whose coverage the contexts should predict (`crux.answers`)."""
-        from pipeline.retrieval.tokens import count_tokens_batch
-
-        a, sc = ctx.section.answers, ctx.section.scoring
-        if a.generations is None:
-            return None
-        lines = ctx.inputs.jsonl(a.generations)
-        gens = [g for _, g in validate_lines(lines, Generation, a.generations, "generation_id")]
-        gens = [g for g in gens if g.item_id in qviews and g.status == "ok"]
-        counts = count_tokens_batch([g.text or "" for g in gens])
-        tokens = {g.generation_id: n for g, n in zip(gens, counts, strict=True)}
-        js: list[Judgement] = []
-        for path in a.judgements:
-            lines = ctx.inputs.jsonl(path)
-            js += [j for _, j in validate_lines(lines, Judgement, path, "generation_id")]
-        scores, skipped = answer_scores(qviews, gens, js, sc.partial_answers, sc.w, tokens)
-        joint: dict[tuple[str, str, str, str], float] = {}
-        if a.metrics is not None:
-            models = {g.model for g in gens}
-            rows = [
-                r for r in ctx.inputs.json(a.metrics).get("rows", []) if r.get("model") in models
-            ]
-            first = rows[0].get("mode") if rows else None  # SummHay's first scoring mode
-            for r in rows:
-                if r.get("mode") == first and r.get("joint") is not None:
-                    key = (str(r["judge"]), str(r["domain"]), str(r["setting"]), str(r["system"]))
-                    joint[key] = float(r["joint"])
-        return Answers(scores, joint, skipped, [a.generations, *a.judgements])
+    llm_judge = LLMJudge(task=judging.rating_task, prompt="rate", rates=rated)
+    no_model_judge = CruxLabels()
 
     # The result model: the context metrics per (domain, retriever@cutoff, judge), each context
     # scored once per cut-off (aggregate.py: at_cutoffs); judges other than the labels rate a
     # sample (`judge_sample`): the contexts they did not rate are counted, `n_unjudged`.
     metrics = agg.METRICS
-    group_keys = ("domain",)
-    unjudged = "count"
+    results = Results(
+        group_keys=("domain",),
+        unjudged="count",
+        plotted=("coverage", "alpha_ndcg", "density"),
+        summary=Summary(
+            group=("domain", "judge"), name=("setting",), metrics=agg.CONTEXT_METRICS, digits=2
+        ),
+        runs=RunFields(tags={"retriever": "retriever", "cutoff": "cutoff"}, metrics=SIZES),
+    )
 
     def item_score(
         self, ctx: Ctx, item: QueryView, generation: Generation, judgement: Judgement
@@ -262,73 +325,6 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
         """The row's retriever and cut-off, and the mean size of its contexts."""
         retriever, _, cutoff = row.setting.rpartition("@")
         row.extra |= {"retriever": retriever, "cutoff": cutoff}
-        for name, nd in (("passages", 3), ("tokens", 1)):
+        for name, nd in zip(SIZES, (3, 1), strict=True):
             sizes = [s.detail[name] for s in scores]
             row.extra[name] = round(fmean(sizes), nd) if sizes else None
-
-    def score(
-        self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]
-    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
-        """Every context at every cut-off; rows in the order of params.yaml (judges, retrievers,
-        cut-offs) within each domain."""
-        qviews, sc = views(dataset), ctx.section.scoring
-        each = [agg.at_cutoffs(r, qviews, sc) for r in runs]
-        rows, scores = super().score(ctx, dataset, each)
-        judges = [r.judge for r in runs]
-        retrievers = list(dict.fromkeys(g.setting for r in runs for g in r.generations))
-        rows.sort(
-            key=lambda r: (
-                r.keys["domain"], r.model, r.system, judges.index(r.judge),
-                retrievers.index(r.extra["retriever"]), sc.cutoffs.index(r.extra["cutoff"]),
-            )
-        )  # fmt: skip
-        return rows, scores
-
-    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
-        """For `dvc metrics`: {domain/judge: {retriever@cutoff: {coverage, alpha_ndcg, density}}}
-        (and the taus: `aggregate`)."""
-        out: dict[str, Any] = {}
-        for r in rows:
-            out.setdefault(f"{r.keys['domain']}/{r.judge}", {})[r.setting] = {
-                k: None if (v := r.metrics[k]) is None else round(v, 2) for k in agg.CONTEXT_METRICS
-            }
-        return out
-
-    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
-        """The row's run, with its retriever and cut-off as tags and its mean size as metrics."""
-        run = super().run_row(row, scores)
-        run.tags.update(retriever=row.extra["retriever"], cutoff=row.extra["cutoff"])
-        sizes = {k: row.extra[k] for k in ("passages", "tokens") if row.extra[k] is not None}
-        run.metrics.update({k: float(v) for k, v in sizes.items()})
-        return run
-
-    def aggregate(self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]) -> Aggregated:
-        """The context rows (the result model), then CRUX's own analyses: each judge against
-        the labels, and the contexts against the final answers (Kendall tau)."""
-        cx = ctx.section
-        seed = ctx.params.seed
-        rows, scores = self.score(ctx, dataset, runs)
-        agreement = agg.label_agreement(cx, dataset, runs, seed)
-        answers = self._answers(ctx, views(dataset))
-        taus = []
-        if answers is not None:
-            contexts = agg.context_scores(rows, scores, cx.answers.cutoff)
-            taus = agg.tau_rows(cx, contexts, answers, seed)
-        source = f"derived:{DERIVED}" if cx.source == DERIVED else cx.source
-        flat = [r.flat() for r in rows]
-        plots = figures(flat, taus)
-        out = replace(  # the report in CRUX's order: data, headline, every context, analyses
-            self.aggregated(rows, scores, metrics={"agreement": agreement, "tau": taus,
-                            "source": source}, figures=plots),
-            report=render(cx, dataset, flat, agreement, taus, answers, source),
-        )  # fmt: skip
-        kappas = {(a["model"], a["judge"], a["domain"]): a["kappa"] for a in agreement}
-        for run in out.runs:  # each context run: its judge's kappa against the labels
-            if (kappa := kappas.get((run.model, run.judge, run.params["domain"]))) is not None:
-                run.metrics["kappa"] = kappa
-        out.runs.extend(agg.tau_run_rows(taus, plots))
-        out.summary.update(agg.tau_summary(taus))
-        return out
-
-    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
-        return report_section(metrics, where)

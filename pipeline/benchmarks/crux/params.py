@@ -119,7 +119,8 @@ class CruxAnswers(Strict):
         default_factory=lambda: ["judgements/summhay/published/published-gpt-4o.jsonl"]
     )
     metrics: str | None = Field(
-        default="metrics/summhay.json", description="SummHay's rows, for Joint (system level)"
+        default="metrics/summhay.released.json",
+        description="SummHay's rows of the released systems, for Joint (system level)",
     )
     cutoff: str = Field(default="budget", description="the contexts the summarizers were given")
 
@@ -156,3 +157,7 @@ class CruxParams(BenchmarkParams):
                 f"answers.cutoff {self.answers.cutoff!r} is not one of scoring.cutoffs"
             )
         return self
+
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return self.construction.llm if self.source.endswith(".jsonl") else None

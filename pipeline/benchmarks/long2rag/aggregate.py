@@ -112,14 +112,3 @@ def agreement_rows(runs: Sequence[Run], neutral: str) -> list[dict[str, Any]]:
                 )
             out.append(row)
     return out
-
-
-def breakdown_metrics(row: dict[str, Any]) -> dict[str, float]:
-    """`kpr.<section>.<group>` MLflow metrics of a row's breakdowns."""
-    m = {}
-    for section in SECTIONS:
-        for group, cell in row[f"by_{section}"].items():
-            if cell["kpr"] is not None:
-                safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in group)[:80]
-                m[f"kpr.{section}.{safe}"] = float(cell["kpr"])
-    return m

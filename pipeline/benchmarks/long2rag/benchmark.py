@@ -11,15 +11,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pipeline.benchmarks.long2rag import construction, derived, generation, judging
 from pipeline.benchmarks.long2rag.aggregate import (
     KPR,
+    SECTIONS,
     agreement_rows,
-    breakdown_metrics,
     doc_tokens,
     item_score,
     sections,
@@ -31,7 +31,6 @@ from pipeline.benchmarks.long2rag.report import report_section as _report_sectio
 from pipeline.benchmarks.long2rag.schema import Question, parse_questions
 from pipeline.benchmarks.long2rag.scoring import length_bucket
 from pipeline.core.benchmark import (
-    Aggregated,
     Asker,
     Audit,
     AuditScale,
@@ -42,17 +41,18 @@ from pipeline.core.benchmark import (
     CoverageCase,
     CoverageJudge,
     CoverageVerdictLike,
-    JudgePrompts,
-    JudgeTask,
+    LLMJudge,
+    Paper,
     Planned,
     ReportSection,
     Run,
     RunRow,
+    Tables,
 )
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
-from pipeline.core.results import ItemScore, Outcome, ResultRow
+from pipeline.core.results import ItemScore, Outcome, ResultRow, Results, RowKey, RunFields, Summary
 
 DERIVED = "summhay"
 
@@ -84,6 +84,51 @@ class Long2ragCoverage(Coverage[Long2ragParams, Question]):
         return None
 
 
+class Long2ragPaper(Paper[Long2ragParams, Question]):
+    """The paper's own: agreement between judges (free-marginal kappa), KPR by domain, category
+    and input length, and each row's breakdown plot."""
+
+    def tables(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Question],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+        scores: Mapping[RowKey, Sequence[ItemScore]],
+    ) -> Tables:
+        l2 = ctx.section
+        agreement = agreement_rows(runs, l2.scoring.neutral) if len(l2.judges) > 1 else []
+        derived_note = (
+            " DERIVED from SummHay (question = subtopic query, documents = top 5 by"
+            f" {l2.derived.retriever}, key points = the planted insights they hold); not the"
+            " paper's data."
+            if l2.source == DERIVED
+            else f" From {l2.source}."
+        )
+        note = (
+            f"Dataset: {len(dataset)} questions, {sum(len(q.key_points) for q in dataset)} key"
+            f" points.{derived_note} KPR = mean over questions of the share of key points the"
+            f" answer entails; neutral counts as {l2.scoring.neutral.replace('_', ' ')}."
+        )
+        flat = [r.flat() for r in rows]
+        source = f"derived:{DERIVED}" if l2.source == DERIVED else l2.source
+
+        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            plots = {"kpr_by_domain_and_category.png": plot_png(row)}
+            return replace(run, plots=plots, tags=run.tags | {"dataset.source": source})
+
+        return Tables(
+            sections={"agreement": agreement},
+            report=[note, "", *breakdown_lines(flat), *agreement_lines(agreement)],
+            run=run,
+        )
+
+    def report_section(
+        self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]
+    ) -> ReportSection:
+        return _report_section(metrics["rows"], where)
+
+
 class Long2ragAudit(Audit[Long2ragParams, Question]):
     """A person audits the judge's verdict on one key point against one answer."""
 
@@ -109,16 +154,13 @@ class Long2ragAudit(Audit[Long2ragParams, Question]):
 class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     name = "long2rag"
     coverage = Long2ragCoverage()
+    paper = Long2ragPaper()
     audit = Long2ragAudit()
-    plotted = ("kpr",)
     title = "Long²RAG"
     version = "1"
     params_model = Long2ragParams
     record = Question
-    judge_prompts = ("judge_point", "judge_batch", "repair")
-    judge_schemas = judging.SCHEMAS
-    model_specs = (Long2ragLeadModel,)
-    judge_specs = (OverlapJudge,)
+    providers = (Long2ragLeadModel, OverlapJudge)
 
     def check_params(self, section: Long2ragParams, params: Params) -> None:
         llm = section.construction.llm
@@ -128,9 +170,6 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
             )
 
     # ---- construct
-
-    def construction_llm(self, section: Long2ragParams) -> str | None:
-        return None if section.source == DERIVED else section.construction.llm
 
     def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Question]:
         l2 = ctx.section
@@ -191,14 +230,22 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
 
     # ---- judge
 
-    def judge_task(
-        self, generation: Generation, item: Question, prompts: JudgePrompts
-    ) -> JudgeTask:
-        return judging.judge_task(generation, item, prompts)
+    llm_judge = LLMJudge(
+        task=judging.judge_task,
+        prompt="judge_point",
+        batched="judge_batch",
+        schemas=judging.SCHEMAS,
+    )
 
     # ---- results
 
     metrics = (KPR,)
+    results = Results(
+        order=lambda r: (r.system, setting_order(r.setting), r.judge, r.model),
+        plotted=("kpr",),
+        summary=Summary(digits=4),
+        runs=RunFields(breakdowns=tuple(f"by_{s}" for s in SECTIONS)),
+    )
 
     def item_score(
         self, ctx: Ctx, item: Question, generation: Generation, judgement: Judgement
@@ -210,55 +257,3 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
         row.extra["n_key_points"] = sum(s.detail["key_points"] for s in scores)
         row.extra["neutral"] = ctx.section.scoring.neutral
         row.extra |= sections(scores, ctx.section.scoring.length_buckets)
-
-    def row_order(self, row: ResultRow) -> tuple[Any, ...]:
-        return (row.system, setting_order(row.setting), row.judge, row.model)
-
-    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
-        """{judge: {system/setting: kpr (4 decimals)}} for `dvc metrics show/diff`."""
-        out: dict[str, dict[str, float | None]] = {}
-        for r in rows:
-            kpr = r.metrics["kpr"]
-            out.setdefault(r.judge, {})[f"{r.system}/{r.setting}"] = (
-                None if kpr is None else round(kpr, 4)
-            )
-        return out
-
-    def run_row(self, row: ResultRow, scores: Sequence[ItemScore]) -> RunRow:
-        run = super().run_row(row, scores)
-        flat = row.flat()
-        return replace(
-            run,
-            metrics=run.metrics | breakdown_metrics(flat),
-            plots={"kpr_by_domain_and_category.png": plot_png(flat)},
-        )
-
-    def aggregate(self, ctx: Ctx, dataset: Sequence[Question], runs: Sequence[Run]) -> Aggregated:
-        l2 = ctx.section
-        rows, scores = self.score(ctx, dataset, runs)
-        agreement = agreement_rows(runs, l2.scoring.neutral) if len(l2.judges) > 1 else []
-        derived_note = (
-            " DERIVED from SummHay (question = subtopic query, documents = top 5 by"
-            f" {l2.derived.retriever}, key points = the planted insights they hold); not the"
-            " paper's data."
-            if l2.source == DERIVED
-            else f" From {l2.source}."
-        )
-        note = (
-            f"Dataset: {len(dataset)} questions, {sum(len(q.key_points) for q in dataset)} key"
-            f" points.{derived_note} KPR = mean over questions of the share of key points the"
-            f" answer entails; neutral counts as {l2.scoring.neutral.replace('_', ' ')}."
-        )
-        flat = [r.flat() for r in rows]
-        out = self.aggregated(
-            rows,
-            scores,
-            metrics={"agreement": agreement},
-            report=[note, "", *breakdown_lines(flat), *agreement_lines(agreement)],
-        )
-        source = f"derived:{DERIVED}" if l2.source == DERIVED else l2.source
-        tagged = [replace(r, tags=r.tags | {"dataset.source": source}) for r in out.runs]
-        return replace(out, runs=tagged)
-
-    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
-        return _report_section(metrics["rows"], where)

@@ -6,9 +6,9 @@ Providers:
   Answers are parsed strictly; the stage layer's judge loop gives an unusable answer one repair
   call (the `repair` prompt), then records the verdict `invalid` (left out of KPR and counted),
   never scored 0.
-- `local`: the project's local judge (pipeline/judges/local.py, `LocalJudge.judge_many`), adapted
-  from coverage to entailment: the key point plays the "insight", the answer's sentences the
-  "bullets"; FULL_COVERAGE -> "yes", PARTIAL_COVERAGE -> "neutral", NO_COVERAGE -> "no" (so
+- `local`: the project's local judge (pipeline/local_judge/model.py, `LocalJudge.judge_many`),
+  adapted from coverage to entailment: the key point plays the "insight", the answer's sentences
+  the "bullets"; FULL_COVERAGE -> "yes", PARTIAL_COVERAGE -> "neutral", NO_COVERAGE -> "no" (so
   `long2rag.scoring.neutral` decides what partial coverage is worth).
 - `long2rag-overlap`: `OverlapCoverage`, a transparent lexical judge with the same `judge_many`
   interface (no model): a key point's coverage is decided by the answer sentence holding the

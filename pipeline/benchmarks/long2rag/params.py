@@ -140,3 +140,7 @@ class Long2ragParams(BenchmarkParams):
                 raise ValueError(f"unknown setting {s!r}; use long_context or rag_<budget tokens>")
         no_repeats(settings=settings)
         return settings
+
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return None if self.source == "summhay" else self.construction.llm

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipeline.core.benchmark import ReportSection
@@ -63,7 +63,7 @@ def agreement_lines(agreement: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
-def plot_png(row: dict[str, Any]) -> bytes:
+def plot_png(row: Mapping[str, Any]) -> bytes:
     """A bar chart of one row's KPR by domain and by category, as PNG bytes (deterministic)."""
     import matplotlib
 

@@ -23,7 +23,7 @@ from pipeline.benchmarks.summhay.scoring import (
     score_summary,
     words_per_bullet,
 )
-from pipeline.core.benchmark import Run, RunRow
+from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
@@ -215,19 +215,7 @@ def where(row: Mapping[str, Any]) -> str:
     return str(row["domain"]) if c == "released" else f"{row['domain']}@{c}"
 
 
-def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
-    """The headline scores nested for `dvc metrics show/diff`: {domain/judge/mode: {system/
-    setting: {coverage, citation, joint}}} (DVC cannot read the row list)."""
-    out: dict[str, dict[str, dict[str, float | None]]] = {}
-    for r in rows:
-        section = out.setdefault(f"{where(r)}/{r['judge']}/{r['mode']}", {})
-        section[f"{r['system']}/{r['setting']}"] = {
-            k: None if r[k] is None else round(r[k], 2) for k in ("coverage", "citation", "joint")
-        }
-    return out
-
-
-def _plot_group(row: Mapping[str, Any]) -> tuple[str, ...]:
+def plot_group(row: Mapping[str, Any]) -> tuple[str, ...]:
     return (where(row), *(str(row[k]) for k in ("judge", "mode", "model", "system")))
 
 
@@ -242,8 +230,8 @@ def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[s
     by_group: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     by_view: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
-        by_group.setdefault(_plot_group(r), []).append(r)
-        by_view.setdefault(_plot_group(r)[:3], []).append(r)
+        by_group.setdefault(plot_group(r), []).append(r)
+        by_view.setdefault(plot_group(r)[:3], []).append(r)
     position: dict[tuple[str, ...], tuple[set[str], bytes | None]] = {}
     for view, vrows in by_view.items():
         domain, judge_name, mode = view
@@ -266,19 +254,3 @@ def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[s
             files["plots/position_sensitivity.png"] = png
         out[group] = files
     return out
-
-
-def dress(run: RunRow, row: Mapping[str, Any], plots: dict[str, bytes], partial: float) -> RunRow:
-    """SummHay's additions to a row's MLflow run: its name (with where), the partial credit, the
-    haystacks it pools, its plots."""
-    from dataclasses import replace
-
-    return replace(
-        run,
-        name=" / ".join(
-            [*(str(row[k]) for k in ("system", "setting", "judge", "mode")), where(row)]
-        ),
-        params=run.params | {"partial_credit": str(partial)},
-        tags=run.tags | {"summhay.haystacks": row["haystacks"]},
-        plots=plots,
-    )

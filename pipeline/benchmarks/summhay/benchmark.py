@@ -27,7 +27,6 @@ from pipeline.benchmarks.summhay.report import report_section
 from pipeline.benchmarks.summhay.scoring import extract_bullets
 from pipeline.benchmarks.summhay.training import SummhayTraining
 from pipeline.core.benchmark import (
-    Aggregated,
     Asker,
     Audit,
     AuditScale,
@@ -38,12 +37,15 @@ from pipeline.core.benchmark import (
     CoverageCase,
     CoverageVerdictLike,
     Gens,
-    JudgePrompts,
-    JudgeTask,
+    LLMJudge,
+    Paper,
     Planned,
     PriorLabel,
+    ReleasedJudgements,
     ReportSection,
     Run,
+    RunRow,
+    Tables,
 )
 from pipeline.core.config import (
     BaselineModel,
@@ -57,7 +59,7 @@ from pipeline.core.config import (
 )
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
-from pipeline.core.results import ItemScore, Outcome, ResultRow
+from pipeline.core.results import ItemScore, Outcome, ResultRow, Results, RowKey, RunFields, Summary
 from pipeline.data.haystacks import (
     HAYSTACK_IDS,
     RELEASED_SETTINGS,
@@ -142,6 +144,82 @@ class SummhayCoverage(Coverage[SummhayParams, Subtopic]):
         )
 
 
+class ReleasedGpt4o(ReleasedJudgements[SummhayParams, Haystack]):
+    """The GPT-4o judgements released with SummHay (of the released summaries)."""
+
+    def judgements(
+        self, ctx: Ctx, judge: str, spec: JudgeSpec, dataset: Sequence[Haystack], gens: Gens
+    ) -> list[Judgement]:
+        return list(published.judgements(judge, ctx.inputs, ctx.data_dir, gens))
+
+
+def row_order(row: ResultRow) -> tuple[Any, ...]:
+    k = row.keys
+    return (k["domain"], k["collection"], row.system, row.setting, row.judge, k["mode"],
+            row.model)  # fmt: skip
+
+
+def scored_items(dataset: Sequence[Haystack]) -> dict[str, tuple[Haystack, Subtopic]]:
+    return {s.item_id: (h, s) for h in dataset for s in h.subtopics}
+
+
+class PaperTables(Paper[SummhayParams, Haystack]):
+    """The paper's own: rows pooling both domains (Table 2's), Table 2 / Table 3 layouts, the
+    length study's figure, what the derived haystacks are, each row's plots."""
+
+    def rows(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Haystack],
+        runs: Sequence[Run],
+        rows: list[ResultRow],
+        scores: dict[RowKey, list[ItemScore]],
+    ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
+        hays = agg.haystacks(runs, scored_items(dataset))
+        for r in rows:
+            where = (r.model, r.system, r.setting, r.keys["domain"], r.keys["collection"])
+            r.extra["haystacks"] = ",".join(sorted(hays.get(where, ())))
+        rows, scores = agg.with_all_domains(rows, scores, ctx.params.seed)
+        return sorted(rows, key=row_order), scores
+
+    def tables(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Haystack],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+        scores: Mapping[RowKey, Sequence[ItemScore]],
+    ) -> Tables:
+        from pipeline.benchmarks.summhay import plots
+        from pipeline.benchmarks.summhay.report import LENGTH_PLOT, length_views, paper_sections
+
+        domains = sorted({h.domain for h in dataset})
+        note = (
+            f"Dataset: {len(dataset)} haystacks ({', '.join(domains)}), "
+            f"{sum(len(h.subtopics) for h in dataset)} subtopics. Scores on 0-100; Citation is"
+            " the mean citation F1 over covered insights."
+        )
+        derived = derived_table(dataset)
+        flat = [r.flat() for r in rows]
+        plot_files = agg.row_plots(flat)
+
+        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            return replace(run, plots=plot_files.get(agg.plot_group(row), {}))
+
+        return Tables(
+            sections={"derived": derived},
+            report=paper_sections(flat, note, derived),
+            table=False,  # the paper's layouts show every row
+            figures={LENGTH_PLOT: plots.length_scaling(length_views(flat))},
+            run=run,
+        )
+
+    def report_section(
+        self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]
+    ) -> ReportSection:
+        return report_section(metrics["rows"], where)
+
+
 class SummhayAudit(Audit[SummhayParams, Subtopic]):
     """A person audits the judge's coverage verdict on one insight against one summary."""
 
@@ -202,16 +280,13 @@ class SummhayAudit(Audit[SummhayParams, Subtopic]):
 class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     name = "summhay"
     coverage = SummhayCoverage()
+    paper = PaperTables()
     audit = SummhayAudit()
-    plotted = ("joint", "coverage", "citation")
     title = "SummHay"
     version = "1"
     params_model = SummhayParams
     record = Haystack
-    judge_prompts = ("judge_insight", "judge_batch", "judge_repair")
-    judge_schemas = judging.SCHEMAS
     model_providers = frozenset({"openai", "published", "baseline"})
-    judge_providers = frozenset({"openai", "published", "local"})
     agreement = HumanLabels()
     judge_training = SummhayTraining()
 
@@ -225,9 +300,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
                     raise ValueError(f"models.{m}.settings: {e}") from e
 
     # ---- construct
-
-    def construction_llm(self, section: SummhayParams) -> str | None:
-        return section.synthesis.llm if section.synthesis.haystacks else None
 
     def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Haystack]:
         """The released haystacks, validated and normalised; then the length study's
@@ -362,23 +434,39 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
 
     # ---- judge
 
-    def judge_task(
-        self, generation: Generation, item: Subtopic, prompts: JudgePrompts
-    ) -> JudgeTask:
-        return judging.judge_task(generation, item, prompts)
-
-    def offline_judgements(
-        self, ctx: Ctx, judge: str, spec: JudgeSpec, dataset: Sequence[Haystack], gens: Gens
-    ) -> list[Judgement]:
-        return list(published.judgements(judge, ctx.inputs, ctx.data_dir, gens))
+    llm_judge = LLMJudge(
+        task=judging.judge_task,
+        prompt="judge_insight",
+        batched="judge_batch",
+        repair="judge_repair",
+        schemas=judging.SCHEMAS,
+    )
+    released = ReleasedGpt4o()
 
     # ---- results
 
     metrics = agg.METRICS
-    group_keys = agg.GROUP_KEYS
+    results = Results(
+        group_keys=agg.GROUP_KEYS,
+        order=row_order,
+        plotted=("joint", "coverage", "citation"),
+        summary=Summary(
+            group=lambda r: f"{agg.where(r)}/{r['judge']}/{r['mode']}",
+            name=("system", "setting"),
+            metrics=("coverage", "citation", "joint"),
+            digits=2,
+        ),
+        runs=RunFields(
+            tags={"summhay.haystacks": "haystacks"},
+            section_params={"partial_credit": "scoring.partial_credit"},
+            name=lambda r: " / ".join(
+                [*(str(r[k]) for k in ("system", "setting", "judge", "mode")), agg.where(r)]
+            ),
+        ),
+    )
 
     def scored_items(self, dataset: Sequence[Haystack]) -> dict[str, tuple[Haystack, Subtopic]]:
-        return {s.item_id: (h, s) for h in dataset for s in h.subtopics}
+        return scored_items(dataset)
 
     def item_score(
         self,
@@ -398,49 +486,3 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
 
     def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
         agg.row_extra(row, scores)
-
-    def row_order(self, row: ResultRow) -> tuple[Any, ...]:
-        k = row.keys
-        return (k["domain"], k["collection"], row.system, row.setting, row.judge, k["mode"],
-                row.model)  # fmt: skip
-
-    def summary(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
-        return agg.summary([r.flat() for r in rows])
-
-    def aggregate(self, ctx: Ctx, dataset: Sequence[Haystack], runs: Sequence[Run]) -> Aggregated:
-        scoring = ctx.section.scoring
-        rows, scores = self.score(ctx, dataset, runs)
-        hays = agg.haystacks(runs, self.scored_items(dataset))
-        for r in rows:
-            where = (r.model, r.system, r.setting, r.keys["domain"], r.keys["collection"])
-            r.extra["haystacks"] = ",".join(sorted(hays.get(where, ())))
-        rows, scores = agg.with_all_domains(rows, scores, ctx.params.seed)
-        rows = sorted(rows, key=self.row_order)
-        domains = sorted({h.domain for h in dataset})
-        note = (
-            f"Dataset: {len(dataset)} haystacks ({', '.join(domains)}), "
-            f"{sum(len(h.subtopics) for h in dataset)} subtopics. Scores on 0-100; Citation is"
-            " the mean citation F1 over covered insights."
-        )
-        derived = derived_table(dataset)
-        from pipeline.benchmarks.summhay import plots
-        from pipeline.benchmarks.summhay.report import LENGTH_PLOT, length_views, paper_sections
-
-        flat = [r.flat() for r in rows]
-        out = self.aggregated(
-            rows,
-            scores,
-            metrics={"derived": derived},
-            report=paper_sections(flat, note, derived),
-            table=False,  # the paper's layouts show every row
-            figures={LENGTH_PLOT: plots.length_scaling(length_views(flat))},
-        )
-        plot_files = agg.row_plots(flat)
-        dressed = [
-            agg.dress(run, row, plot_files.get(agg._plot_group(row), {}), scoring.partial_credit)
-            for run, row in zip(out.runs, flat, strict=True)
-        ]
-        return replace(out, runs=dressed)
-
-    def report_section(self, metrics: Mapping[str, Any], where: str) -> ReportSection:
-        return report_section(metrics["rows"], where)

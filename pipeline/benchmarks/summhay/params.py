@@ -185,6 +185,10 @@ class SummhayParams(BenchmarkParams):
         no_repeats(haystacks=self.haystacks)
         return self
 
+    def construction_llm(self) -> str | None:
+        """The judges entry (provider openai) that construction asks, if it needs a model."""
+        return self.synthesis.llm if self.synthesis.haystacks else None
+
 
 def settings_of(spec: object) -> list[str]:
     """The context settings a model entry runs in (its own, or the default)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -111,12 +112,19 @@ def position_sensitivity(rows: Sequence[Mapping[str, Any]], title: str) -> bytes
     return png(fig)
 
 
+_LENGTH = re.compile(r"^(\d+(?:\.\d+)?)k$")
+
+
+def length_of(collection: str) -> float | None:
+    """The target length (tokens) of a length-study collection (`50k` -> 50000), else None."""
+    m = _LENGTH.match(collection)
+    return float(m.group(1)) * 1000 if m else None
+
+
 def length_scaling(views: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]]) -> bytes:
     """Joint against haystack length (cl100k_base tokens, log scale): one panel per (domain,
     judge, mode) view of the length study's rows, one line per (system, setting). A run without
     a length study gets a panel that says so (the file is a stage output either way)."""
-    from pipeline.benchmarks.summhay.report import length_of
-
     style()
     n = max(1, len(views))
     fig, axes = plt.subplots(1, n, figsize=(6.0 * n, 3.9), squeeze=False)

@@ -5,12 +5,12 @@ length study (Joint by haystack length) and what synthesis did."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from pipeline.benchmarks.summhay import paper_tables as paper
+from pipeline.benchmarks.summhay.plots import length_of
 from pipeline.core.benchmark import ReportSection
 from pipeline.core.markdown import need, table
 from pipeline.metrics.stats import spearman
@@ -39,15 +39,6 @@ def position_sensitivity(cells: dict[str, float | None]) -> float | None:
     if rnd is None or top is None or bottom is None:
         return None
     return max(abs(top - rnd), abs(bottom - rnd))
-
-
-_LENGTH = re.compile(r"^(\d+(?:\.\d+)?)k$")
-
-
-def length_of(collection: str) -> float | None:
-    """The target length (tokens) of a length-study collection (`50k` -> 50000), else None."""
-    m = _LENGTH.match(collection)
-    return float(m.group(1)) * 1000 if m else None
 
 
 def _where(r: dict[str, Any]) -> str:
@@ -246,9 +237,10 @@ def report_section(rows: Sequence[dict[str, Any]], where: str) -> ReportSection:
     judge, and the position-sensitivity and best system's plots of each view."""
     from pipeline.benchmarks.summhay import plots
     from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
+    from pipeline.core.results import LATER_COUNTERS
 
     for n, r in enumerate(rows, 1):
-        need(r, ROW_KEYS, where, n)
+        need(r, [k for k in ROW_KEYS if k not in LATER_COUNTERS], where, n)
     body = render(rows, f"{len(rows)} result rows from {where}.")
     # demote the benchmark report's headings one level under the report's section; its image
     # links name files beside reports/summhay.md: the figures come with the section instead

@@ -7,7 +7,7 @@ from typing import Any
 
 from pipeline.benchmarks.crud_rag.params import CrudParams
 from pipeline.core.benchmark import Context
-from pipeline.core.config import validate_params
+from pipeline.core.params import validate_params
 from pipeline.core.prompts import load_prompt
 from pipeline.stages.common import FileInputs
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.benchmarks.crud_rag.benchmark import CrudRag
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.tools.compare import MIN_PAIRED_ITEMS, bootstrap_declared
 from tests.benchmarks.crud_rag.helpers import ctx
@@ -22,8 +23,10 @@ def test_two_knob_settings_compared_item_by_item(mirror: Path) -> None:
             corpus="records", grid=grid)  # fmt: skip
     data = BENCH.construct(c, None).records
     gens = BENCH.offline_generations(c, "lead", c.params.models["lead"], data)
-    js = BENCH.offline_judgements(c, "text", c.params.judges["text"], data, gens)
-    agg = BENCH.aggregate(c, data, [Run("lead", "text", gens, js)])
+    js = BENCH.no_model_judge.judgements(
+        c, "text", c.params.judges["text"], BENCH.items(data), gens
+    )
+    agg = aggregation.aggregate(BENCH, c, data, [Run("lead", "text", gens, js)])
     rows = {r["setting"]: r for r in agg.metrics["rows"]}
     items = {r.params["setting"]: r.artifacts["items.jsonl"] for r in agg.runs}
     a, b = "bm25-c128-o0-k8", "bm25-c128-o0-k2"

@@ -12,6 +12,7 @@ import pytest
 from pipeline.benchmarks.crud_rag.benchmark import CrudRag
 from pipeline.benchmarks.crud_rag.params import CrudParams
 from pipeline.benchmarks.crud_rag.schema import Item
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Context, Run
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement
@@ -31,7 +32,9 @@ def _case() -> tuple[Context[CrudParams], list[Item], list[Generation], list[Jud
     c = ctx(tasks=["event_summary"], grid=GRID)
     data = BENCH.construct(c, None).records
     gens = BENCH.offline_generations(c, "lead", c.params.models["lead"], data)
-    js = BENCH.offline_judgements(c, "text", c.params.judges["text"], data, gens)
+    js = BENCH.no_model_judge.judgements(
+        c, "text", c.params.judges["text"], BENCH.items(data), gens
+    )
     assert len(gens) == len(js) >= 3 and all(g.status == "ok" for g in gens)
     return c, data, gens, js
 
@@ -40,7 +43,7 @@ def _aggregate(gens: Sequence[Generation], js: Sequence[Judgement]) -> None:
     c, data, _, _ = _case()
     g_lines = [f"generations/crud_rag/lead.jsonl:{n}" for n in range(1, len(gens) + 1)]
     j_lines = [f"judgements/crud_rag/lead/text.jsonl:{n}" for n in range(1, len(js) + 1)]
-    BENCH.aggregate(c, data, [Run("lead", "text", gens, js, g_lines, j_lines)])
+    aggregation.aggregate(BENCH, c, data, [Run("lead", "text", gens, js, g_lines, j_lines)])
 
 
 def test_the_complete_run_aggregates() -> None:

@@ -13,6 +13,7 @@ from pipeline.benchmarks.crud_rag.generation import extractive, lead, settings
 from pipeline.benchmarks.crud_rag.metrics import text_metrics
 from pipeline.benchmarks.crud_rag.params import Grid, Knobs
 from pipeline.benchmarks.crud_rag.text import chunks, sentences
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.config import OpenAIModel
 from pipeline.core.errors import ConfigError
@@ -121,8 +122,10 @@ def test_rows_by_hand_with_an_empty_output_invalid_and_counted() -> None:
         Generation.offline("crud_rag", data[1].item_id, "m", "m", "oracle", "", {}),
     ]
     assert gens[1].status == "error"
-    js = BENCH.offline_judgements(c, "text", c.params.judges["text"], data, gens[:1])
-    agg = BENCH.aggregate(c, data, [Run("m", "text", gens, js)])
+    js = BENCH.no_model_judge.judgements(
+        c, "text", c.params.judges["text"], BENCH.items(data), gens[:1]
+    )
+    agg = aggregation.aggregate(BENCH, c, data, [Run("m", "text", gens, js)])
     (row,) = [r for r in agg.metrics["rows"] if r["setting"] == "oracle"]
     expected = text_metrics("海滨市地铁开通。", data[0].reference)
     assert row["bleu"] == pytest.approx(100 * expected["bleu"], abs=1e-3)
@@ -154,7 +157,7 @@ def test_embedding_similarity_is_a_verdict_with_its_model_and_a_row_mean() -> No
         Generation.offline("crud_rag", data[0].item_id, "m", "m", "oracle", "海滨市地铁开通。", {}),
         Generation.offline("crud_rag", data[1].item_id, "m", "m", "oracle", data[1].reference, {}),
     ]
-    js = BENCH.offline_judgements(c, "text", spec, data, gens)
+    js = BENCH.no_model_judge.judgements(c, "text", spec, BENCH.items(data), gens)
     sims = []
     for g, j in zip(gens, js, strict=True):
         (v,) = [v for v in j.verdicts if v.target_id == "embedding_sim"]
@@ -166,7 +169,7 @@ def test_embedding_similarity_is_a_verdict_with_its_model_and_a_row_mean() -> No
         assert float(v.label) == pytest.approx(float(a @ b))
         sims.append(float(v.label))
     assert sims[1] == pytest.approx(1.0)  # the reference itself
-    agg = BENCH.aggregate(c, data, [Run("m", "text", gens, js)])
+    agg = aggregation.aggregate(BENCH, c, data, [Run("m", "text", gens, js)])
     (row,) = [r for r in agg.metrics["rows"] if r["setting"] == "oracle"]
     assert row["embedding_sim"] == pytest.approx(100 * fmean(sims), abs=1e-3)
     assert row["embedding_model"] == LOCAL_EMBEDDING_MODEL

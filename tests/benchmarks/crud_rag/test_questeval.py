@@ -10,6 +10,7 @@ import pytest
 from pipeline.benchmarks.crud_rag import questeval
 from pipeline.benchmarks.crud_rag.schema import QuestSet
 from pipeline.benchmarks.crud_rag.text import tokens
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Ask
 from pipeline.core.parse import ParseError
 from tests.benchmarks.crud_rag.helpers import ctx
@@ -116,7 +117,7 @@ def test_rows_of_ragquesteval_by_hand_no_questions_excluded_and_an_invalid_answe
         Judgement.of("crud_rag", gens[1], "qe", "sha", "invalid", [bad]),
         Judgement.of("crud_rag", gens[2], "qe", "sha", "ok", []),
     ]
-    agg = bench.aggregate(c, list(items.values()), [Run("m", "qe", gens, js)])
+    agg = aggregation.aggregate(bench, c, list(items.values()), [Run("m", "qe", gens, js)])
     rows = {r["task"]: r for r in agg.metrics["rows"]}
     q, es = rows["questanswer_1doc"], rows["event_summary"]
     assert (q["precision"], q["recall"]) == (100.0, 100.0)  # its own reference answer

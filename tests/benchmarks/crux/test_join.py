@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement, Verdict
@@ -79,14 +80,14 @@ def test_join_errors_name_the_file_and_line(
     dataset, gens, js = built(c)
     gens, js = change(list(gens), list(js))
     with pytest.raises(DataError, match=message) as e:
-        BENCH.aggregate(c, dataset, [_run(gens, js)])
+        aggregation.aggregate(BENCH, c, dataset, [_run(gens, js)])
     assert (e.value.file, e.value.field) == (where, field)
 
 
 def test_a_context_without_a_judgement_is_counted_unjudged() -> None:
     c = ctx()
     dataset, gens, js = built(c)
-    rows: Any = BENCH.aggregate(c, dataset, [_run(gens, js[1:])]).metrics["rows"]
+    rows: Any = aggregation.aggregate(BENCH, c, dataset, [_run(gens, js[1:])]).metrics["rows"]
     r = _row(rows, "first-stage", "2")
     assert (r["n_items"], r["n_scored"], r["n_unjudged"], r["n_excluded"]) == (2, 0, 1, 1)
     assert _row(rows, "zstar", "2")["n_scored"] == 1
@@ -115,8 +116,10 @@ def test_compare_pairs_two_contexts_by_query() -> None:
     dataset = [Collection(collection_id="c", domain="synthetic", source="x", passages=passages,
                           queries=queries)]  # fmt: skip
     gens = BENCH.offline_generations(c, "ctx", c.params.models["ctx"], dataset)
-    js = BENCH.offline_judgements(c, "labels", c.params.judges["labels"], dataset, gens)
-    out = BENCH.aggregate(c, dataset, [_run(gens, js)])
+    js = BENCH.no_model_judge.judgements(
+        c, "labels", c.params.judges["labels"], BENCH.items(dataset), gens
+    )
+    out = aggregation.aggregate(BENCH, c, dataset, [_run(gens, js)])
     runs = {r.params["setting"]: r for r in out.runs}
     rows = {r["setting"]: r for r in out.metrics["rows"]}
     a, b = runs["first-stage@2"].artifacts["items.jsonl"], runs["zstar@2"].artifacts["items.jsonl"]

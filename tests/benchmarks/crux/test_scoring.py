@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from pipeline.benchmarks.crux.aggregate import Answers, ContextScores, tau_rows, views
-from pipeline.benchmarks.crux.benchmark import Crux
+from pipeline.benchmarks.crux.benchmark import Crux, rated
 from pipeline.benchmarks.crux.judging import target
 from pipeline.benchmarks.crux.params import CruxParams
-from pipeline.core.benchmark import Context, Run
-from pipeline.core.config import OpenAIJudge, validate_params
+from pipeline.core import aggregation
+from pipeline.core.benchmark import Context, Run, llm_capability
+from pipeline.core.config import OpenAIJudge
 from pipeline.core.errors import DataError
+from pipeline.core.params import validate_params
 from pipeline.core.prompts import load_prompt
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.stages.common import FileInputs
@@ -50,7 +52,9 @@ def ctx(**crux: Any) -> Context[CruxParams]:
 def built(c: Context[CruxParams]) -> tuple[list[Any], list[Generation], list[Judgement]]:
     dataset = BENCH.construct(c, None).records
     gens = BENCH.offline_generations(c, "ctx", c.params.models["ctx"], dataset)
-    js = BENCH.offline_judgements(c, "labels", c.params.judges["labels"], dataset, gens)
+    js = BENCH.no_model_judge.judgements(
+        c, "labels", c.params.judges["labels"], BENCH.items(dataset), gens
+    )
     return dataset, gens, js
 
 
@@ -85,7 +89,7 @@ def _row(
 def test_rows_by_hand() -> None:
     c = ctx()
     dataset, gens, js = built(c)
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", gens, js)])
+    out = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "labels", gens, js)])
     rows = out.metrics["rows"]
     tok = {p.pid: p.tokens for p in dataset[0].passages}
     r = _row(rows, "first-stage", "2")
@@ -134,7 +138,7 @@ def test_another_judge_scored_and_measured_against_the_labels() -> None:
     # another judge: says p1 does not answer sub-question 1, and cannot rate p2 on sub-question 3
     other = [_rated(j, {target("p1", "q1"): "1"}, {target("p2", "q3")}) for j in js]
     runs = [Run("ctx", "labels", gens, js), Run("ctx", "llm", gens, other)]
-    out = BENCH.aggregate(c, dataset, runs)
+    out = aggregation.aggregate(BENCH, c, dataset, runs)
     rows = out.metrics["rows"]
     r = _row(rows, "first-stage", "2", "llm")  # p4, p1: only sub-question 3 answered now
     assert r["coverage"] == pytest.approx(100 / 3, abs=1e-4) and r["n_invalid"] == 0
@@ -170,7 +174,7 @@ def test_the_judge_card_against_the_labels() -> None:
 
     def card_of(judged: list[Judgement]) -> dict[str, Any]:
         runs = [Run("ctx", "labels", gens, js), Run("ctx", "llm", gens, judged)]
-        (a,) = BENCH.aggregate(c, dataset, runs).metrics["agreement"]
+        (a,) = aggregation.aggregate(BENCH, c, dataset, runs).metrics["agreement"]
         return dict(a["card"])
 
     free = card_of(other)
@@ -197,7 +201,7 @@ def test_an_invalid_verdict_inside_the_context_excludes_the_query() -> None:
     c = ctx()
     dataset, gens, js = built(c)
     other = [_rated(j, {}, {target("p1", "q2")}) for j in js]
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)])
+    out = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "llm", gens, other)])
     r = _row(out.metrics["rows"], "first-stage", "2", "llm")
     assert (r["n_scored"], r["n_invalid"], r["n_excluded"], r["coverage"]) == (0, 1, 1, None)
     assert r["n_invalid_verdicts"] == 1
@@ -210,7 +214,9 @@ def test_each_cut_off_is_a_context_of_its_own() -> None:
     c = ctx(scoring=scoring, answers={"generations": None, "cutoff": "2"})
     dataset, gens, js = built(c)
     other = [_rated(j, {}, {target("p1", "q2")}) for j in js]
-    rows = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)]).metrics["rows"]
+    rows = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "llm", gens, other)]).metrics[
+        "rows"
+    ]
     one, two = _row(rows, "first-stage", "1", "llm"), _row(rows, "first-stage", "2", "llm")
     assert (one["n_scored"], one["n_invalid"], one["coverage"]) == (1, 0, 0.0)
     assert (two["n_scored"], two["n_invalid"], two["coverage"]) == (0, 1, None)
@@ -273,7 +279,7 @@ def test_views_and_the_excluded_count_in_the_report() -> None:
     c = ctx()
     dataset, gens, js = built(c)
     assert set(views(dataset)) == {"q1", "q2"}
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", gens, js)])
+    out = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "labels", gens, js)])
     assert "2 queries (1 with no answerable sub-question, excluded)" in out.report
     assert "No answers configured" in out.report
 
@@ -282,25 +288,25 @@ def test_judges_other_than_the_labels_rate_a_sample_and_the_rest_is_counted() ->
     c = ctx(judge_sample=1)
     dataset, gens, js = built(c)
     items = BENCH.items(dataset)
-    assert [BENCH.sampled(c, items[q]) for q in ("q1", "q2")] == [True, False]
+    assert [rated(c, items[q]) for q in ("q1", "q2")] == [True, False]
     assert BENCH.coverage.cases(c, items["q2"], gens[2]) == []
     spec = OpenAIJudge(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")
-    tasks = BENCH.judge_tasks(c, "llm", spec, items, gens)
+    tasks = llm_capability(BENCH).tasks(c, spec, items, gens)
     assert {t.generation.item_id for t in tasks} == {"q1"}
     # a judge that rated only the first-stage contexts: the Z* contexts are unjudged, counted
     # (q2's too: a context no judge rated is unjudged before its query is looked at)
     other = [_rated(j, {}) for j in js if j.setting == "first-stage"]
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other)])
+    out = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "llm", gens, other)])
     z = _row(out.metrics["rows"], "zstar", "zstar", "llm")
     assert (z["n_scored"], z["n_unjudged"], z["n_excluded"], z["coverage"]) == (0, 2, 0, None)
     # the local judge's way: a judgement without verdicts for a query outside the sample
     empty = [_rated(j, {}).model_copy(update={"verdicts": []}) for j in js if j.setting == "zstar"]
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "llm", gens, other + empty)])
+    out = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "llm", gens, other + empty)])
     z = _row(out.metrics["rows"], "zstar", "zstar", "llm")
     assert (z["n_items"], z["n_unjudged"], z["n_excluded"]) == (2, 1, 1)
     # a failed context (no ranking) is counted as failed, not scored (and not judged)
     broken = [g.model_copy(update={"status": "error", "text": None}) for g in gens]
-    out = BENCH.aggregate(c, dataset, [Run("ctx", "labels", broken, [])])
+    out = aggregation.aggregate(BENCH, c, dataset, [Run("ctx", "labels", broken, [])])
     r = _row(out.metrics["rows"], "first-stage", "2")
     assert (r["n_failed_generations"], r["n_scored"], r["n_items"]) == (2, 0, 2)
 

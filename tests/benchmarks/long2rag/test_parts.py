@@ -352,8 +352,8 @@ def _params(**l2: Any) -> dict[str, Any]:
     ],
 )
 def test_params_are_checked(over: dict[str, Any], message: str) -> None:
-    from pipeline.core.config import validate_params
     from pipeline.core.errors import ConfigError
+    from pipeline.core.params import validate_params
 
     validate_params(_params(), benchmarks=["long2rag"])  # the shipped params are valid
     with pytest.raises(ConfigError, match=message):

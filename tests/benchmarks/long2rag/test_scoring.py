@@ -19,6 +19,7 @@ from pipeline.benchmarks.long2rag.scoring import (
     paired_ratings,
     question_recall,
 )
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.errors import DataError
 from pipeline.core.records import Generation, Judgement, Verdict
@@ -124,7 +125,8 @@ BENCH = Long2Rag()
 
 def _ctx(edges: list[int]) -> Any:
     scoring = SimpleNamespace(neutral="not_entailed", length_buckets=edges)
-    return SimpleNamespace(section=SimpleNamespace(scoring=scoring, judges=["j"], source="x.jsonl"))
+    section = SimpleNamespace(scoring=scoring, judges=["j"], source="x.jsonl")
+    return SimpleNamespace(section=section, params=SimpleNamespace(seed=0, models={}))
 
 
 def _records() -> tuple[list[Question], list[Generation], list[Judgement]]:
@@ -185,7 +187,7 @@ def _records() -> tuple[list[Question], list[Generation], list[Judgement]]:
 
 def test_rows_from_records() -> None:
     dataset, gens, js = _records()
-    out = BENCH.aggregate(_ctx([8000]), dataset, [Run("m", "j", gens, js)])
+    out = aggregation.aggregate(BENCH, _ctx([8000]), dataset, [Run("m", "j", gens, js)])
     by_setting = {r["setting"]: r for r in out.metrics["rows"]}
     lc = by_setting["long_context"]
     assert lc["kpr"] == pytest.approx((1 / 3 + 1) / 2)
@@ -213,7 +215,7 @@ def test_join_errors_name_the_file_and_line(fault: str) -> None:
     gens = [g for g in gens if g.status == "ok"]
     run, where = faulty_run(fault, gens, js, "q9")
     with pytest.raises(DataError) as e:
-        BENCH.aggregate(_ctx([8000]), dataset, [run])
+        aggregation.aggregate(BENCH, _ctx([8000]), dataset, [run])
     assert where in str(e.value)
 
 

@@ -198,7 +198,8 @@ def test_labels_file_level_errors(tmp_path: Path) -> None:
 
 
 def _params_with(judges: dict[str, Any]) -> Any:
-    from pipeline.core.config import load_yaml, validate_params
+    from pipeline.core.config import load_yaml
+    from pipeline.core.params import validate_params
 
     raw = load_yaml(Path(__file__).resolve().parents[3] / "params.yaml")
     raw["judges"] = judges

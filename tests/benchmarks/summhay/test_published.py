@@ -21,6 +21,7 @@ from pipeline.benchmarks.summhay import paper_tables as paper
 from pipeline.benchmarks.summhay import published
 from pipeline.benchmarks.summhay.benchmark import SummHay
 from pipeline.benchmarks.summhay.report import position_sensitivity
+from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
 from pipeline.core.config import PublishedModel
 from pipeline.data.haystacks import Haystack, load_raw_haystack, normalise
@@ -51,8 +52,11 @@ def rows(mirror: Path, news: list[Haystack]) -> list[dict[str, Any]]:
     gens = list(published.generations("published", spec, files, data_dir, news))
     js = list(published.judgements("published-gpt-4o", files, data_dir, gens))
     scoring = SimpleNamespace(modes=["paper", "corrected"], partial_credit=50)
-    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring))
-    out, _ = SummHay().score(ctx, news, [Run("published", "published-gpt-4o", gens, js)])
+    params = SimpleNamespace(seed=0, models={})
+    ctx: Any = SimpleNamespace(section=SimpleNamespace(scoring=scoring), params=params)
+    out, _ = aggregation.score(
+        SummHay(), ctx, news, [Run("published", "published-gpt-4o", gens, js)]
+    )
     return [r.flat() for r in out]
 
 

@@ -1,0 +1,169 @@
+"""params.yaml loaded and validated: the core (`pipeline.core.config`), then each benchmark's
+section with its package's own params model, the model and judge entries of the providers the
+package defines, and the cross-references between a section and the entries (a judge the
+benchmark cannot run is refused here, so `lfbench check` says so)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from pipeline.core import registry
+from pipeline.core.benchmark import AnyBenchmark, judge_kind, judge_providers, own_specs
+from pipeline.core.config import (
+    BenchmarkParams,
+    OwnedJudge,
+    OwnedModel,
+    Params,
+    invalid,
+    load_yaml,
+    owner_of,
+    problem,
+)
+from pipeline.core.errors import ConfigError
+
+
+def validate_params(
+    raw: Any, path: Path | str = "params.yaml", benchmarks: Iterable[str] | None = None
+) -> Params:
+    """Validate a parsed params document: the core, then the benchmark sections named in
+    `benchmarks` (None: every section present), each with its package's own params model, the
+    model and judge entries of the providers that package defines, and the cross-references
+    between the section and the entries."""
+    try:
+        params = Params.model_validate(raw)
+    except ValidationError as e:
+        raise invalid(path, e) from e
+    names = params.benchmarks() if benchmarks is None else list(benchmarks)
+    models: dict[str, Any] = dict(params.models)
+    judges: dict[str, Any] = dict(params.judges)
+    sections: dict[str, BenchmarkParams] = {}
+    for name in names:
+        bench = registry.get(name)
+        raw_section = params.raw_section(name)
+        if raw_section is None:
+            raise ConfigError(f"{path} has no {name} section (the {name} benchmark's params)")
+        try:
+            sections[name] = bench.params_model.model_validate(raw_section)
+        except ValidationError as e:
+            raise invalid(path, e, (name,)) from e
+        for kind, entries, owned in (
+            ("models", models, own_specs(bench, OwnedModel)),
+            ("judges", judges, own_specs(bench, OwnedJudge)),
+        ):
+            by_provider = {_provider_of(cls): cls for cls in owned}
+            for entry, spec in entries.items():
+                if not isinstance(spec, OwnedModel | OwnedJudge) or owner_of(spec.provider) != name:
+                    continue
+                cls = by_provider.get(spec.provider)
+                if cls is None:
+                    raise problem(
+                        path,
+                        f"{kind}.{entry}.provider",
+                        f"benchmark {name} defines no provider {spec.provider!r}"
+                        f" (it defines: {', '.join(by_provider) or 'none'})",
+                    )
+                try:
+                    entries[entry] = cls.model_validate(spec.model_dump())
+                except ValidationError as e:
+                    raise invalid(path, e, (kind, entry)) from e
+    params = params.model_copy(update={"models": models, "judges": judges})
+    for entry, spec in judges.items():
+        for model in spec.models if isinstance(getattr(spec, "models", None), list) else ():
+            if model not in models:
+                raise problem(
+                    path,
+                    f"judges.{entry}.models",
+                    f"names {model!r}, which is not defined under models",
+                )
+    for name, section in sections.items():
+        _check_section(registry.get(name), section, params, path)
+    if benchmarks is None:
+        _check_slices(params, sections, path)
+    params._sections.update(sections)
+    return params
+
+
+def _check_slices(
+    params: Params, sections: Mapping[str, BenchmarkParams], path: Path | str
+) -> None:
+    """A model's slice names benchmarks that run it."""
+    for entry, spec in params.models.items():
+        for bench in getattr(spec, "slice", {}) or {}:
+            if bench not in sections:
+                raise problem(
+                    path, f"models.{entry}.slice.{bench}", f"no benchmark section {bench!r}"
+                )
+            if entry not in sections[bench].models:
+                raise problem(
+                    path,
+                    f"models.{entry}.slice.{bench}",
+                    f"{bench}.models does not list {entry!r}: the slice would never be used",
+                )
+
+
+def _provider_of(cls: type[BaseModel]) -> str:
+    field = cls.model_fields["provider"]
+    args: tuple[Any, ...] = getattr(field.annotation, "__args__", ())
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise TypeError(f"{cls.__name__}.provider must be a Literal of one provider name")
+    return str(args[0])
+
+
+def _check_section(
+    bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
+) -> None:
+    """The section's model and judge lists against the entries: defined, and runnable here."""
+    name = bench.name
+    for kind, listed, entries, core in (
+        ("models", section.models, params.models, bench.model_providers),
+        ("judges", section.judges, params.judges, judge_providers(bench)),
+    ):
+        for entry in listed:
+            if entry not in entries:
+                raise problem(
+                    path, f"{name}.{kind}", f"names {entry!r}, which is not defined under {kind}"
+                )
+            spec = entries[entry]
+            provider = spec.provider
+            if owner_of(provider) is not None:
+                if owner_of(provider) != name:
+                    raise problem(
+                        path,
+                        f"{name}.{kind}",
+                        f"{entry!r} has provider {provider}, which belongs to benchmark"
+                        f" {owner_of(provider)}",
+                    )
+            elif provider not in core:
+                raise problem(
+                    path,
+                    f"{name}.{kind}",
+                    f"{entry!r} has provider {provider}, which {name} cannot run"
+                    f" (it runs: {', '.join(sorted(core))} and its own providers)",
+                )
+            if kind == "judges":  # a judge of its own providers the benchmark cannot run
+                try:
+                    judge_kind(bench, entry, params.judges[entry])
+                except ConfigError as e:
+                    raise problem(path, f"{name}.{kind}", str(e)) from e
+            replayed = getattr(spec, "benchmark", None)
+            if provider == "published" and replayed not in (None, name):
+                raise problem(
+                    path,
+                    f"{name}.{kind}",
+                    f"{entry!r} replays {replayed} outputs, not {name}'s",
+                )
+    try:
+        bench.check_params(section, params)
+    except ValueError as e:
+        raise problem(path, name, str(e)) from e
+
+
+def load_params(
+    path: Path = Path("params.yaml"), benchmarks: Iterable[str] | None = None
+) -> Params:
+    """params.yaml, validated: the core and the named benchmark sections (None: all)."""
+    return validate_params(load_yaml(path), path, benchmarks)

@@ -1,0 +1,277 @@
+"""`lfbench repro --cluster ADDR`: the stages on a Dask cluster's workers, each in its own clone.
+
+A worker (`lfbench worker ADDR --clone DIR`) is a Dask worker that owns one clone of the
+project at the driver's commit, configured like every machine of the team (README, "Team
+scale": the team's DVC remote, MLflow server and response cache in its environment). For a stage
+the driver sends (`TaskSpec.cluster`): the driver's params.yaml, dvc.yaml and dvc.lock (with
+the entries of the stages finished so far) and the bytes of the uncached outputs the stage reads
+(metrics files kept in git). In its clone the worker then does what `dvc repro --pull` would do
+for that one stage: it pulls the outputs the stage depends on from the remote, restores the stage
+from the run cache if the team already ran it, else runs its command (several stages of one
+clone at once: the DVC steps under the repository's lock, the commands outside it, as DVC does),
+then pushes its outputs and run-cache entry to the remote and returns its dvc.lock entry and its
+uncached outputs. The driver writes the entry into its dvc.lock and pulls the outputs: its
+workspace ends as a serial `dvc repro` leaves it, and no stage runs there.
+
+Secrets never travel with a task: each worker reads its own (PGPASSWORD, S3 keys) from its
+environment; the driver checks before dispatching that every worker is at its commit and uses the
+same DVC remote, MLflow server and response cache (compared with credentials masked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import LfbenchError
+from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
+
+ENV_CLONE = "LFBENCH_WORKER_CLONE"
+# the files of the driver's workspace a worker's clone takes as they are (the pipeline's
+# definition, and the lock with the stages finished so far)
+SHIPPED = ("params.yaml", "dvc.yaml", "dvc.lock")
+_CLONE_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _redact(url: str | None) -> str | None:
+    if not url:
+        return url
+    from pipeline.llm.cache import redact
+
+    return redact(url)
+
+
+def identity(root: Path) -> dict[str, Any]:
+    """What the driver and every worker must agree on (credentials masked)."""
+    from pipeline.core.lineage import git_info
+
+    git = git_info(root)
+    return {
+        "commit": git.commit,
+        "clone": str(root),
+        "mlflow": _redact(os.environ.get("MLFLOW_TRACKING_URI")),
+        "cache": _redact(os.environ.get("LFBENCH_CACHE_URL")),
+        "remote": _dvc_remote(root),
+    }
+
+
+def _dvc_remote(root: Path) -> str | None:
+    proc = subprocess.run(
+        ["dvc", "remote", "default"], cwd=root, capture_output=True, text=True, check=False
+    )
+    name = proc.stdout.strip()
+    if proc.returncode != 0 or not name:
+        return None
+    url = subprocess.run(
+        ["dvc", "config", f"remote.{name}.url"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return _redact(url) or None
+
+
+def worker_identity() -> dict[str, Any]:
+    """Run on each worker by the driver (`Client.run`)."""
+    clone = os.environ.get(ENV_CLONE)
+    if not clone:
+        return {"error": "not an lfbench worker (no clone): start it with `lfbench worker`"}
+    return identity(Path(clone))
+
+
+def check_workers(client: Any, mine: Mapping[str, Any]) -> list[str]:
+    """The workers of the cluster, checked against the driver: the same commit, remote, MLflow
+    server and response cache. Raises naming each worker that differs."""
+    seen = client.run(worker_identity)
+    if not seen:
+        raise LfbenchError("the cluster has no workers: start some with `lfbench worker ADDR`")
+    bad = []
+    for addr, ident in sorted(seen.items()):
+        if "error" in ident:
+            bad.append(f"{addr}: {ident['error']}")
+            continue
+        for key in ("commit", "remote", "mlflow", "cache"):
+            if ident.get(key) != mine.get(key):
+                bad.append(
+                    f"{addr} ({ident.get('clone')}): {key} {ident.get(key)!r}, the driver's"
+                    f" {mine.get(key)!r}"
+                )
+    if bad:
+        raise LfbenchError(
+            "workers that cannot run this repro (each must be a clone at the driver's commit,"
+            " with the team's environment):\n  " + "\n  ".join(bad)
+        )
+    return sorted(seen)
+
+
+# ---------------------------------------------------------------- on the worker
+
+
+@contextlib.contextmanager
+def _clone_lock(clone: Path) -> Iterator[Any]:
+    """This clone's DVC repository, locked: one task at a time does DVC steps in it."""
+    from dvc.repo import Repo, lock_repo
+
+    lock = _CLONE_LOCKS.setdefault(str(clone), threading.Lock())
+    with lock:
+        repo = Repo(str(clone))
+        try:
+            with lock_repo(repo), repo.scm_context(quiet=True):
+                yield repo
+        finally:
+            repo.close()
+
+
+def _owners(repo: Any, stage: Any) -> list[str]:
+    """The DVC targets (stages, .dvc files) whose outputs `stage` depends on."""
+    owners: list[str] = []
+    for dep in stage.deps:
+        for out in repo.index.outs:
+            if out.stage is stage:
+                continue
+            # the dependency is that output, a folder holding it, or a file inside it
+            if (
+                out.fs_path == dep.fs_path
+                or out.fs.isin(out.fs_path, dep.fs_path)
+                or out.fs.isin(dep.fs_path, out.fs_path)
+            ):
+                target = out.stage.addressing
+                if target not in owners:
+                    owners.append(target)
+    return owners
+
+
+def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
+    """The cluster task: one stage, in this worker's clone, as `dvc repro --pull` would run it,
+    then pushed."""
+    from dvc.stage.cache import RunCacheNotFoundError
+    from dvc.stage.serialize import to_single_stage_lockfile
+
+    clone = Path(os.environ.get(ENV_CLONE, ""))
+    if not clone.is_dir():
+        return TaskResult(spec.stage, 2, host, "", 0.0, error="not an lfbench worker (no clone)")
+    payload = spec.cluster
+    log = log_path(clone, spec.stage)
+    log.unlink(missing_ok=True)
+    with _clone_lock(clone) as repo:
+        mine = identity(clone)
+        if mine["commit"] != payload["commit"]:
+            return TaskResult(
+                spec.stage,
+                2,
+                host,
+                str(log),
+                0.0,
+                error=f"{clone} is at {mine['commit']}, the driver at {payload['commit']}",
+            )
+        for name in SHIPPED:
+            if name in payload["files"]:
+                (clone / name).write_bytes(payload["files"][name])
+        for rel, data in payload["uncached"].items():
+            path = clone / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        repo._reset()
+        stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
+        owners = _owners(repo, stage)
+        if (clone / "data.dvc").exists():
+            # stages read data/ but depend on data.sources.yaml (its pins, checked by the stage):
+            # the clone's data/ is the one data.dvc records, from the remote if it is not here
+            owners.append("data.dvc")
+        if owners:
+            repo.pull(targets=owners)
+        with contextlib.suppress(Exception):  # the remote may hold no run cache yet
+            repo.stage_cache.pull(None)
+        how = "ran"
+        if not stage.changed():
+            how = "unchanged"
+        else:
+            stage.remove_outs(ignore_remove=False, force=False)
+            try:
+                repo.stage_cache.restore(stage, pull=True)
+                how = "restored"
+            except RunCacheNotFoundError:
+                stage.save_deps()
+    rc, stopped = 0, False
+    if how == "ran":
+        env = {**os.environ, **spec.env, "DVC_ROOT": str(clone), "DVC_STAGE": spec.stage}
+        rc, stopped = run_commands(spec, clone, log, env)
+        if rc != 0:
+            return TaskResult(spec.stage, rc, host, str(log), time.monotonic() - started, stopped)
+    with _clone_lock(clone) as repo:
+        stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
+        if how != "unchanged":
+            no_cache_outs = any(
+                not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
+            )
+            stage.save(allow_missing=False, run_cache=not no_cache_outs)
+            stage.commit(allow_missing=False)
+            stage.dump(update_pipeline=False)  # push reads the outputs' hashes from dvc.lock
+            repo._reset()
+        repo.push(targets=[spec.stage])
+        with contextlib.suppress(Exception):
+            repo.stage_cache.push(None)
+        entry = to_single_stage_lockfile(stage)
+        files = {
+            str(Path(out.fs_path).relative_to(clone)): Path(out.fs_path).read_bytes()
+            for out in stage.outs
+            if not out.use_cache and Path(out.fs_path).is_file()
+        }
+    return TaskResult(
+        spec.stage,
+        0,
+        host,
+        str(log),
+        time.monotonic() - started,
+        stopped,
+        lock_entry=_plain(entry),
+        files=files,
+        how=how,
+    )
+
+
+def _plain(obj: Any) -> Any:
+    """DVC's lock entry as plain dicts and lists (it crosses to the driver)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+def serve(scheduler: str, clone: Path, jobs: int, name: str | None) -> None:
+    """`lfbench worker`: a Dask worker for `lfbench repro --cluster`, owning `clone`."""
+    import asyncio
+
+    from distributed import Worker
+
+    clone = clone.resolve()
+    if not (clone / "dvc.yaml").exists():
+        raise LfbenchError(f"{clone}: not a clone of the project (no dvc.yaml)")
+    os.environ[ENV_CLONE] = str(clone)
+    try:
+        ncpu = len(os.sched_getaffinity(0))
+    except AttributeError:
+        ncpu = os.cpu_count() or 1
+
+    async def main() -> None:
+        async with Worker(
+            scheduler,
+            nthreads=jobs,
+            resources={"cores": ncpu},
+            name=name,
+            dashboard=False,
+        ) as worker:
+            await worker.finished()
+
+    asyncio.run(main())

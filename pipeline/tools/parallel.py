@@ -1,0 +1,714 @@
+"""`lfbench repro --jobs N [--cluster ADDR] [TARGETS]`: `dvc repro`, independent stages at once.
+
+DVC runs the stages of a `dvc repro` one after another (treeverse/dvc#755), and two `dvc repro`
+in one workspace contend for its lock. This driver runs exactly the stages `dvc repro` would,
+each as soon as the stages it depends on are done, up to N at once, on Dask's distributed
+scheduler (a local cluster in this process, or a cluster's scheduler; perf/task_engine.py for
+why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves it:
+
+- **DVC's own steps, in one process.** The driver holds the repository's lock for the whole run
+  and makes, for every stage, the calls `dvc repro` makes (dvc/repo/reproduce.py,
+  dvc/stage/__init__.py): the plan (`plan_repro`: the same stages, in the same order), whether
+  a stage changed once its upstream stages are done, the run-cache restore, removing its
+  outputs, saving and committing them, its dvc.lock entry. Only the stage's command runs
+  elsewhere (pipeline/tools/stage_task.py).
+- **Byte for byte.** Every output and every dvc.lock entry is what `dvc repro` writes. A
+  stage's entry is written as soon as it is done (an aggregate reads its upstream stages'
+  entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place.
+  Entries new to dvc.lock (a model added) and their outputs' .gitignore lines go in dvc.yaml's
+  order (`declared`): a serial `dvc repro` appends them in an order that changes from one run
+  to the next (its plan follows Python's string hashing), this one in the same order each time.
+- **Cores.** A stage whose model or judge is an endpoint (provider `openai`) waits on it and
+  takes no core; any other stage takes the cores its dvc.yaml `meta: {lfbench: {cores: N|all}}`
+  asks (default 1) and is told so (`LFBENCH_WORKERS`, `LFBENCH_EMBED_WORKERS`): N jobs never
+  run more CPU-bound work than there are cores.
+- **Failures.** A failing stage stops the stages that depend on it, never the others; the run
+  ends non-zero naming each failed stage and its log. Ctrl-C: running stages get one SIGINT and
+  finish their requests in flight into their journals; a second Ctrl-C abandons them.
+- **Removed stages.** Before the plan, the dvc.lock entries of stages no longer in dvc.yaml (a
+  model or judge taken out of params.yaml) are dropped and their outputs removed from the
+  workspace (they stay in the DVC cache), so the folders the aggregates read are as before the
+  model came (`prune`; also `lfbench prune` alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import ConfigError, LfbenchError
+from pipeline.stages.tracking import workspace_id
+from pipeline.tools.cluster import SHIPPED
+from pipeline.tools.containers import forget
+from pipeline.tools.stage_task import (
+    TaskResult,
+    TaskSpec,
+    abandon_event,
+    progress_topic,
+    run_stage,
+    stop_event,
+)
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_PROVIDERS = ("openai",)
+# the states a stage goes through, in the order the live view sorts them
+WAITING, RUNNING, DONE, UNCHANGED, RESTORED, FAILED, SKIPPED, STOPPED = (
+    "waiting",
+    "running",
+    "done",
+    "unchanged",
+    "restored",
+    "failed",
+    "skipped",
+    "stopped",
+)
+FINISHED = (DONE, UNCHANGED, RESTORED)
+
+
+@dataclass
+class StageState:
+    name: str
+    index: int  # its place in the serial plan
+    upstream: list[str]
+    cores: int
+    state: str = WAITING
+    started: float | None = None
+    ended: float | None = None
+    progress: dict[str, Any] = field(default_factory=dict)
+    result: TaskResult | None = None
+    why: str = ""  # failed / skipped: the reason
+
+
+@dataclass
+class ReproResult:
+    stages: dict[str, StageState]
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[StageState]:
+        return [s for s in self.stages.values() if s.state == FAILED]
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(s.state in FINISHED for s in self.stages.values())
+
+
+# ---------------------------------------------------------------- resources
+
+
+def stage_cores(stage: Any, params: Mapping[str, Any], ncpu: int) -> int:
+    """The cores a stage takes: 0 for one that waits on an endpoint (its model or judge has
+    provider `openai`), else its dvc.yaml `meta.lfbench.cores` (`all` or N; default 1)."""
+    argv = shlex.split(" ".join(_cmds(stage)))
+    for flag, section in (("--model", "models"), ("--judge", "judges")):
+        if flag in argv[:-1]:
+            name = argv[argv.index(flag) + 1]
+            entry = (params.get(section) or {}).get(name) or {}
+            endpoint = isinstance(entry, Mapping) and entry.get("provider") in ENDPOINT_PROVIDERS
+            if endpoint and ("generate" in argv or flag == "--judge"):
+                return 0
+    meta = getattr(stage, "meta", None) or {}
+    want = (meta.get("lfbench") or {}).get("cores", 1) if isinstance(meta, Mapping) else 1
+    if want == "all":
+        return ncpu
+    try:
+        return max(1, min(ncpu, int(want)))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"dvc.yaml: stage {stage.addressing}: meta.lfbench.cores {want!r}: use all or a number"
+        ) from e
+
+
+def _cmds(stage: Any) -> list[str]:
+    cmd = stage.cmd
+    return list(cmd) if isinstance(cmd, list) else str(cmd).splitlines()
+
+
+# ---------------------------------------------------------------- the DVC side
+
+
+class DvcSide:
+    """What `dvc repro` does around a stage's command, done by the driver (under the lock)."""
+
+    def __init__(self, repo: Any, force: bool = False, remote: bool = False) -> None:
+        self.repo = repo
+        self.force = force
+        self.remote = remote  # the stages run in workers' clones (--cluster)
+
+    def prepare(self, stage: Any, upstream: list[Any]) -> str:
+        """Before the command: UNCHANGED (nothing to do), RESTORED (from the run cache, saved,
+        committed, dumped) or RUNNING (outputs removed, dependencies saved: run the command;
+        on a cluster the worker does both in its clone)."""
+        from dvc.stage.cache import RunCacheNotFoundError
+
+        if not self.force and not stage.changed(False, upstream):
+            log.debug("stage %s did not change", stage.addressing)
+            return UNCHANGED
+        if stage.frozen or not stage.cmd:
+            raise ConfigError(f"stage {stage.addressing}: frozen or without a command")
+        if not self.remote:
+            stage.remove_outs(ignore_remove=False, force=False)
+        if not self.force:
+            try:
+                self.repo.stage_cache.restore(stage, pull=self.remote)
+            except RunCacheNotFoundError:
+                pass
+            else:
+                self.finish(stage)
+                return RESTORED
+        if not self.remote:
+            stage.save_deps()
+        return RUNNING
+
+    def adopt(self, name: str, entry: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
+        """A stage a worker ran (--cluster): its uncached outputs as they came, its dvc.lock
+        entry, and its cached outputs pulled from the remote into this workspace."""
+        from dvc.utils.serialize import modify_yaml
+
+        root = Path(self.repo.root_dir)
+        for rel, data in files.items():
+            path = (root / rel).resolve()
+            if root not in path.parents:
+                raise LfbenchError(f"stage {name}: a worker sent {rel}, outside the workspace")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        with modify_yaml(str(root / "dvc.lock"), fs=self.repo.fs) as data:
+            data.update({"schema": "2.0"} if "schema" not in data else {})
+            data.setdefault("stages", {})
+            data["stages"][name] = dict(entry[name]) if name in entry else dict(entry)
+        self.repo._reset()
+        self.repo.pull(targets=[name])
+
+    def finish(self, stage: Any) -> None:
+        """After a successful command (or a restore): what `Stage.run` does next, and the dump."""
+        no_cache_outs = any(
+            not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
+        )
+        stage.save(allow_missing=False, run_cache=not no_cache_outs)
+        stage.commit(allow_missing=False)
+        stage.dump(update_pipeline=False)
+
+    def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
+        """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
+        writes them as each stage saves its outputs, in its plan's order)."""
+        for stage in declared(self.repo, stages):
+            if stage.addressing in locked:
+                continue
+            for out in stage.outs:
+                if out.use_scm_ignore and not _is_tracked(out):
+                    Path(out.fspath).parent.mkdir(parents=True, exist_ok=True)
+                    out.ignore()
+        # scmrepo caches git's ignore rules (dulwich's IgnoreFilterManager): without a reset,
+        # the stage's own save would not see these lines and append them again
+        for backend in self.repo.scm.backends.values():
+            if not isinstance(backend, type):
+                backend.__dict__.pop("ignore_manager", None)
+
+    def order_lock(self, before: Sequence[str], stages: Sequence[Any]) -> None:
+        """Entries new to dvc.lock in `declared` order; entries that were there keep their
+        places (as under `dvc repro`, which updates them in place)."""
+        from dvc.utils.serialize import modify_yaml
+
+        path = Path(self.repo.root_dir) / "dvc.lock"
+        if not path.exists():
+            return
+        rank = {s.addressing: i for i, s in enumerate(declared(self.repo, stages))}
+        with modify_yaml(str(path), fs=self.repo.fs) as data:
+            entries = data.get("stages") or {}
+            new = [k for k in entries if k not in set(before)]
+            want = sorted(new, key=lambda k: rank.get(k, len(rank)))
+            if new != want:
+                for k in want:
+                    entries[k] = entries.pop(k)
+
+
+def declared(repo: Any, stages: Sequence[Any]) -> list[Any]:
+    """`stages` in the order dvc.yaml declares them (matrix items in their params' order).
+
+    The order in which a serial `dvc repro` appends new stages to dvc.lock (and their outputs to
+    .gitignore files) is its plan's, a depth-first walk of a graph whose iteration order follows
+    Python's string hashing: two runs of the same `dvc repro` order new entries differently
+    (PYTHONHASHSEED). `lfbench repro` writes them in this order instead, the same every time."""
+    rank = {s.addressing: i for i, s in enumerate(repo.index.stages)}
+    return sorted(stages, key=lambda s: rank.get(s.addressing, len(rank)))
+
+
+def _is_tracked(out: Any) -> bool:
+    try:
+        return bool(out.repo.scm.is_tracked(out.fspath))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ---------------------------------------------------------------- pruning
+
+
+def prune(repo: Any) -> list[str]:
+    """Drop the dvc.lock entries of stages no longer in dvc.yaml (a model or judge removed from
+    params.yaml) and remove their outputs from the workspace and .gitignore (not from the DVC
+    cache), unless a stage of dvc.yaml still declares them. Returns the stages pruned."""
+    from dvc.utils.serialize import modify_yaml
+
+    root = Path(repo.root_dir)
+    lock = root / "dvc.lock"
+    if not lock.exists():
+        return []
+    names = {s.addressing for s in repo.index.stages}
+    declared = {str(Path(out.fs_path).resolve()) for s in repo.index.stages for out in s.outs}
+    gone: list[str] = []
+    with modify_yaml(str(lock), fs=repo.fs) as data:
+        entries = data.get("stages") or {}
+        for name in [k for k in entries if k not in names]:
+            entry = entries.pop(name)
+            gone.append(name)
+            for out in entry.get("outs") or []:
+                path = (root / str(out.get("path", ""))).resolve()
+                if not out.get("path") or str(path) in declared or root not in path.parents:
+                    continue
+                _remove_output(repo, root, path)
+    for name in gone:
+        log.info("pruned stage %s (no longer in dvc.yaml): its lock entry and outputs", name)
+    return gone
+
+
+def _remove_output(repo: Any, root: Path, path: Path) -> None:
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(Exception):  # not ignored, or ignored by hand: leave it
+        repo.scm_context.ignore_remove(str(path))
+    folder = path.parent
+    # a model's judgement folder left empty (its .gitignore gone with the last line)
+    while folder != root and folder.exists() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+# ---------------------------------------------------------------- the run
+
+
+class Repro:
+    def __init__(
+        self,
+        root: Path,
+        targets: Sequence[str] = (),
+        *,
+        jobs: int = 4,
+        cluster: str | None = None,
+        force: bool = False,
+        view: Any = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.root = root.resolve()
+        self.targets = list(targets)
+        self.jobs = max(1, jobs)
+        self.cluster = cluster
+        self.force = force
+        self.view = view
+        self.env = dict(env or {})
+        self.run_id = uuid.uuid4().hex[:12]
+        self.states: dict[str, StageState] = {}
+        self._stopping = 0  # Ctrl-C count
+        self._events: tuple[Any, Any] | None = None  # Dask's stop and abandon events
+        self._commit = ""  # --cluster: the commit workers must be at
+        self._uncached: set[str] = set()  # --cluster: outputs kept out of the DVC cache
+        self._lock = threading.Lock()
+
+    # -- engine
+
+    def _prepare_cluster(self, repo: Any, steps: Sequence[Any]) -> None:
+        """Before a cluster run: this workspace's commit (its code must be committed: workers
+        run the commit), the uncached outputs stages may read, and everything its outputs and
+        run history hold pushed to the team's remote, so any worker can pull what it needs."""
+        self._commit = identity_commit(self.root)
+        declared = {
+            str(Path(o.fs_path).relative_to(self.root))
+            for s in repo.index.stages
+            for o in s.outs
+            if self.root in Path(o.fs_path).parents
+        }
+        self._uncached = {
+            str(Path(o.fs_path).relative_to(self.root))
+            for s in repo.index.stages
+            for o in s.outs
+            if not o.use_cache and self.root in Path(o.fs_path).parents
+        }
+        dirty = _dirty(self.root) - set(SHIPPED) - declared
+        if dirty:
+            raise LfbenchError(
+                "--cluster: workers run the committed code; commit these first: "
+                + ", ".join(sorted(dirty))
+            )
+        try:
+            repo.push()
+        except Exception as e:  # noqa: BLE001 - outputs not made yet are reported, not fatal
+            log.debug("push before the cluster run: %s", e)
+        with contextlib.suppress(Exception):
+            repo.stage_cache.push(None)
+            repo.stage_cache.pull(None)
+
+    def _start_engine(self, stack: contextlib.ExitStack) -> Any:
+        """Dask: a local cluster in this process, or the `--cluster` scheduler. Started when the
+        first stage must run (a run with nothing to do never imports it)."""
+        from distributed import Client, Event, LocalCluster
+
+        # Dask's own INFO lines (scheduler and worker start, comms) say nothing to a user
+        for name in ("distributed", "tornado"):
+            logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+        if self.cluster:
+            from pipeline.tools.cluster import check_workers, identity
+
+            client = stack.enter_context(Client(self.cluster, timeout="30s"))
+            check_workers(client, identity(self.root))
+        else:
+            lc = stack.enter_context(
+                LocalCluster(
+                    n_workers=1,
+                    threads_per_worker=self.jobs,
+                    processes=False,
+                    dashboard_address=None,
+                    resources={"cores": _ncpu()},
+                    silence_logs=logging.ERROR,
+                )
+            )
+            client = stack.enter_context(Client(lc))
+        self._events = (
+            Event(stop_event(self.run_id), client),
+            Event(abandon_event(self.run_id), client),
+        )
+        client.subscribe_topic(progress_topic(self.run_id), self._on_progress)
+        return client
+
+    # -- main loop
+
+    def run(self) -> ReproResult:
+        from dvc.repo import Repo, lock_repo
+        from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
+
+        if logging.getLogger().level > logging.DEBUG:  # the live view says what DVC would
+            logging.getLogger("dvc").setLevel(logging.WARNING)
+        repo = Repo(str(self.root))
+        with lock_repo(repo), repo.scm_context(quiet=True):
+            prune(repo)
+            repo._reset()
+            graph = get_active_graph(repo.index.graph)
+            chosen = collect_stages(repo, self.targets or ["dvc.yaml"])
+            steps = plan_repro(graph, chosen)
+            params = _raw_params(self.root)
+            ncpu = _ncpu()
+            by_name = {s.addressing: s for s in steps}
+            for i, s in enumerate(steps):
+                up = [u.addressing for u in graph.successors(s) if u.addressing in by_name]
+                self.states[s.addressing] = StageState(
+                    s.addressing, i, up, stage_cores(s, params, ncpu)
+                )
+            locked_before = _lock_names(self.root)
+            dvc = DvcSide(repo, force=self.force, remote=bool(self.cluster))
+            if self.cluster:
+                self._prepare_cluster(repo, steps)
+            dvc.ignore_new_outputs(steps, set(locked_before))
+            try:
+                with contextlib.ExitStack() as stack, self._signals():
+                    self._loop(stack, dvc, by_name)
+            finally:
+                dvc.order_lock(locked_before, steps)
+                forget(self.root, f"repro-{self.run_id}")
+        return ReproResult(self.states, interrupted=self._stopping > 0)
+
+    def _loop(self, stack: contextlib.ExitStack, dvc: DvcSide, by_name: dict[str, Any]) -> None:
+        futures: dict[Any, str] = {}
+        engine: list[Any] = []  # the client, once started
+
+        def client() -> Any:
+            if not engine:
+                engine.append(self._start_engine(stack))
+            return engine[0]
+
+        signalled = 0
+        self._show()
+        while True:
+            if self._stopping and signalled < self._stopping and self._events is not None:
+                self._events[min(signalled, 1)].set()
+                signalled += 1
+            if not self._stopping:
+                self._start_ready(client, dvc, by_name, futures)
+            if not futures:
+                break
+            from distributed import wait
+
+            with contextlib.suppress(TimeoutError):
+                wait(list(futures), timeout=0.5, return_when="FIRST_COMPLETED")
+            for fut in [f for f in futures if f.done()]:
+                name = futures.pop(fut)
+                self._finished(dvc, by_name[name], fut)
+            self._show()
+        for st in self.states.values():
+            if st.state == WAITING and self._stopping:
+                st.state, st.why = STOPPED, "Ctrl-C"
+        self._show(final=True)
+
+    def _start_ready(
+        self,
+        client: Callable[[], Any],
+        dvc: DvcSide,
+        by_name: dict[str, Any],
+        futures: dict[Any, str],
+    ) -> None:
+        progressed = True
+        while progressed:  # a stage found unchanged may make the next one ready
+            progressed = False
+            for name, st in sorted(self.states.items(), key=lambda kv: kv[1].index):
+                if st.state != WAITING:
+                    continue
+                ups = [self.states[u] for u in st.upstream]
+                bad = [u for u in ups if u.state in (FAILED, SKIPPED, STOPPED)]
+                if bad:
+                    st.state = SKIPPED
+                    st.why = (
+                        f"{bad[0].name} {'failed' if bad[0].state == FAILED else 'did not run'}"
+                    )
+                    progressed = True
+                    continue
+                if any(u.state not in FINISHED for u in ups):
+                    continue
+                stage = by_name[name]
+                upstream = [by_name[u] for u in st.upstream]
+                try:
+                    decided = dvc.prepare(stage, upstream)
+                except Exception as e:  # noqa: BLE001 - a missing dependency, a DVC error
+                    st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
+                    st.ended = time.monotonic()
+                    progressed = True
+                    continue
+                if decided != RUNNING:
+                    st.state = decided
+                    progressed = True
+                    continue
+                st.state, st.started = RUNNING, time.monotonic()
+                fut = client().submit(
+                    run_stage,
+                    self._spec(stage, st),
+                    key=f"lfbench-{self.run_id}-{name}",
+                    pure=False,
+                    resources={"cores": st.cores} if st.cores else None,
+                )
+                futures[fut] = name
+
+    def _spec(self, stage: Any, st: StageState) -> TaskSpec:
+        env = {
+            **self.env,
+            # one runtime decision (and one warning) for the whole run, as under one dvc repro
+            "LFBENCH_REPRO_KEY": f"repro-{self.run_id}",
+            # stages share the workspace's response cache at once: a request two of them need
+            # is sent by one, the other waits for its answer (claims)
+            "LFBENCH_CACHE_CLAIMS": "1",
+        }
+        if not self.cluster:
+            return TaskSpec(
+                run=self.run_id,
+                stage=st.name,
+                cmds=_cmds(stage),
+                env=env,
+                cores=st.cores,
+                cwd=str(self.root),
+            )
+        # the runs a worker's aggregate logs are this workspace's (it retires what it replaces)
+        env["LFBENCH_WORKSPACE"] = workspace_id(self.root)
+        files = {n: (self.root / n).read_bytes() for n in SHIPPED if (self.root / n).exists()}
+        uncached = {}
+        for dep in stage.deps:
+            path = Path(dep.fs_path)
+            rel = path.relative_to(self.root) if self.root in path.parents else None
+            if rel is not None and str(rel) in self._uncached and path.is_file():
+                uncached[str(rel)] = path.read_bytes()
+        return TaskSpec(
+            run=self.run_id,
+            stage=st.name,
+            cmds=_cmds(stage),
+            env=env,
+            cores=st.cores,
+            cluster={"commit": self._commit, "files": files, "uncached": uncached},
+        )
+
+    def _finished(self, dvc: DvcSide, stage: Any, fut: Any) -> None:
+        st = self.states[stage.addressing]
+        st.ended = time.monotonic()
+        try:
+            res: TaskResult = fut.result()
+        except Exception as e:  # noqa: BLE001 - the task itself failed (a worker lost 3 times)
+            st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
+            return
+        st.result = res
+        where = f"{res.host}:{res.log}" if self.cluster else res.log
+        if res.rc != 0:
+            st.state = STOPPED if res.stopped else FAILED
+            st.why = f"exit status {res.rc}; log: {where}" + (
+                f" ({res.error})" if res.error else ""
+            )
+            return
+        try:
+            if self.cluster:
+                assert res.lock_entry is not None
+                dvc.adopt(stage.addressing, res.lock_entry, res.files)
+            else:
+                dvc.finish(stage)
+        except Exception as e:  # noqa: BLE001 - an output missing, a cache error
+            st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
+            return
+        st.state = DONE if res.how == "ran" else RESTORED if res.how == "restored" else UNCHANGED
+
+    def _on_progress(self, event: Any) -> None:
+        _, msg = event
+        if isinstance(msg, dict) and msg.get("stage") in self.states:
+            with self._lock:
+                self.states[msg["stage"]].progress = msg
+
+    def _show(self, final: bool = False) -> None:
+        if self.view is not None:
+            self.view.update(self.states, final=final)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """Ctrl-C (and SIGTERM): the first lets running stages finish their requests in flight;
+        the second abandons them."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            self._stopping += 1
+            if self._stopping == 1:
+                log.warning(
+                    "stopping: running stages finish their requests in flight (Ctrl-C again to"
+                    " abandon them)"
+                )
+            else:
+                log.warning("abandoning the running stages")
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def identity_commit(root: Path) -> str:
+    from pipeline.core.lineage import git_info
+
+    return git_info(root).commit
+
+
+def _dirty(root: Path) -> set[str]:
+    """Tracked files changed in the working tree (and staged), relative paths."""
+    import subprocess
+
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {line[3:].strip() for line in out.splitlines() if line.strip()}
+
+
+def _ncpu() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _raw_params(root: Path) -> dict[str, Any]:
+    from pipeline.core.config import load_yaml
+
+    data = load_yaml(root / "params.yaml") if (root / "params.yaml").exists() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _lock_names(root: Path) -> list[str]:
+    import yaml
+
+    path = root / "dvc.lock"
+    if not path.exists():
+        return []
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return list((data.get("stages") or {}).keys())
+
+
+def summary(result: ReproResult) -> list[str]:
+    """The lines the command ends with: what ran, and each failure with its log."""
+    counts: dict[str, int] = {}
+    for st in result.stages.values():
+        counts[st.state] = counts.get(st.state, 0) + 1
+    order = [DONE, RESTORED, UNCHANGED, FAILED, SKIPPED, STOPPED, RUNNING, WAITING]
+    lines = [
+        "stages: " + ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)),
+    ]
+    for st in result.stages.values():
+        if st.state == FAILED:
+            lines.append(f"failed: {st.name}: {st.why}")
+    for st in result.stages.values():
+        if st.state == SKIPPED:
+            lines.append(f"not run: {st.name} ({st.why})")
+    return lines
+
+
+def run_repro(
+    root: Path,
+    targets: Sequence[str] = (),
+    *,
+    jobs: int = 8,
+    cluster: str | None = None,
+    force: bool = False,
+    view: Any = None,
+) -> ReproResult:
+    """`lfbench repro`: DVC's errors (an unknown target, the lock held by another DVC process)
+    as one line each, not a traceback."""
+    from dvc.exceptions import DvcException
+
+    try:
+        return Repro(root, targets, jobs=jobs, cluster=cluster, force=force, view=view).run()
+    except DvcException as e:
+        raise LfbenchError(f"dvc: {e}") from e
+
+
+def prune_workspace(root: Path) -> list[str]:
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo, lock_repo
+
+    try:
+        repo = Repo(str(root))
+        with lock_repo(repo), repo.scm_context(quiet=True):
+            return prune(repo)
+    except DvcException as e:
+        raise LfbenchError(f"dvc: {e}") from e
+
+
+def failed_log_tail(st: StageState, n: int = 15) -> str:
+    if st.result is None:
+        return ""
+    path = Path(st.result.log)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(f"    {line}" for line in lines[-n:])

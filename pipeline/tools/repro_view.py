@@ -1,0 +1,133 @@
+"""The live view of `lfbench repro --jobs`: which stages run, wait, are done, and each running
+stage's progress (requests done / total, from the model client).
+
+On a terminal, a table redrawn in place (rich): the running stages with their progress and
+time, the failed ones, and a count of the others. Elsewhere (CI, a log file), one line per
+change of state and, every 30 s, one line per running stage.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.tools.parallel import (
+    DONE,
+    FAILED,
+    RESTORED,
+    RUNNING,
+    SKIPPED,
+    STOPPED,
+    UNCHANGED,
+    WAITING,
+    StageState,
+)
+
+STYLE = {
+    RUNNING: "bold cyan",
+    DONE: "green",
+    RESTORED: "green",
+    UNCHANGED: "dim",
+    FAILED: "bold red",
+    SKIPPED: "yellow",
+    STOPPED: "yellow",
+    WAITING: "",
+}
+EVERY_S = 30.0
+
+
+def progress_text(st: StageState) -> str:
+    p = st.progress
+    if not p or not p.get("total"):
+        return ""
+    text = f"{p.get('done', 0)}/{p['total']} requests"
+    if p.get("errors"):
+        text += f", {p['errors']} errors"
+    return text
+
+
+def elapsed(st: StageState, now: float) -> str:
+    if st.started is None:
+        return ""
+    return f"{(st.ended or now) - st.started:.0f} s"
+
+
+class LiveView:
+    def __init__(self, stream: Any = None, live: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self._seen: dict[str, str] = {}
+        self._last_beat = time.monotonic()
+        self._live: Any = None
+
+    # -- terminal
+
+    def _table(self, states: Mapping[str, StageState]) -> Any:
+        from rich.table import Table
+
+        now = time.monotonic()
+        counts: dict[str, int] = {}
+        for st in states.values():
+            counts[st.state] = counts.get(st.state, 0) + 1
+        title = "  ".join(f"{k} {v}" for k, v in counts.items())
+        table = Table(title=f"lfbench repro: {title}", title_justify="left", expand=False)
+        table.add_column("stage")
+        table.add_column("state")
+        table.add_column("progress")
+        table.add_column("time", justify="right")
+        shown = [s for s in states.values() if s.state in (RUNNING, FAILED)]
+        shown += [s for s in states.values() if s.state == WAITING][:5]
+        for st in sorted(shown, key=lambda s: (s.state != RUNNING, s.index)):
+            table.add_row(
+                st.name,
+                f"[{STYLE[st.state]}]{st.state}[/]" if STYLE[st.state] else st.state,
+                progress_text(st) or st.why,
+                elapsed(st, now),
+            )
+        return table
+
+    # -- lines
+
+    def _lines(self, states: Mapping[str, StageState], final: bool) -> None:
+        now = time.monotonic()
+        for st in sorted(states.values(), key=lambda s: s.index):
+            if self._seen.get(st.name) == st.state:
+                continue
+            self._seen[st.name] = st.state
+            if st.state == WAITING:
+                continue
+            extra = f" ({st.why})" if st.why else ""
+            took = f" in {elapsed(st, now)}" if st.state in (DONE, FAILED) and st.started else ""
+            print(f"stage {st.name}: {st.state}{took}{extra}", file=self.stream, flush=True)
+        if not final and now - self._last_beat >= EVERY_S:
+            self._last_beat = now
+            for st in states.values():
+                if st.state == RUNNING:
+                    p = progress_text(st)
+                    print(
+                        f"stage {st.name}: running {elapsed(st, now)}" + (f", {p}" if p else ""),
+                        file=self.stream,
+                        flush=True,
+                    )
+
+    def update(self, states: Mapping[str, StageState], final: bool = False) -> None:
+        if not self.live:
+            self._lines(states, final)
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        if self._live is None:
+            self._live = Live(
+                self._table(states),
+                console=Console(file=self.stream),
+                refresh_per_second=4,
+                transient=False,
+            )
+            self._live.start()
+        self._live.update(self._table(states))
+        if final:
+            self._live.stop()
+            self._live = None
