@@ -13,11 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 # Before any test module imports numpy: pipeline pins the float kernels (OpenBLAS Haswell, no
 # AVX-512 dispatch) through environment variables that only act before numpy loads. Without this,
 # on an AVX-512 machine the test process rounds differently from the stages and their workers.
 import pipeline  # noqa: F401
+
+# The tests write params.yaml as a person does, with no YAML anchors or aliases (lfbench refuses
+# them: an alias bomb stalls DVC's parser). PyYAML writes `&id001` / `*id001` when one object
+# appears twice in what it dumps (a test reusing an entry's dict): never here.
+yaml.SafeDumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -126,13 +126,17 @@ def cache_key(endpoint: EndpointConfig, request: ChatRequest) -> str:
     return sha256_text(canonical_json(payload))
 
 
-def write_usage(path: Path, report: UsageReport) -> None:
+def write_usage(path: Path, report: UsageReport, entry_sha: str | None = None) -> None:
     """Write a usage report as JSON, atomically: what was sent, from where it was answered,
     tokens and dollars (a DVC output: the same bytes whenever the same requests meet the same
     cache, so a run side by side writes what a serial one does), and its wall time apart, as run
-    state (`wall_path`)."""
+    state (`wall_path`). `entry_sha`: the digest of the model or judge entry that made the
+    output, so that a changed entry (a new temperature) changes the stage's outputs even when
+    the answers come out the same, and the aggregate logs the rows' new provenance."""
     data = report.model_dump(mode="json")
     wall = data.pop("wall_s")
+    if entry_sha is not None:
+        data["entry_sha"] = entry_sha
     write_json(path, data)
     write_json(wall_path(path), {"wall_s": wall})
 

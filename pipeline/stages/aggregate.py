@@ -19,15 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from pipeline.core import aggregation
 from pipeline.core.benchmark import AnyBenchmark, RunRow
 from pipeline.core.config import Params, PublishedModel
 from pipeline.core.io import (
     atomic_write_bytes,
     atomic_write_text,
-    canonical_json,
     file_digest,
     read_json,
     write_json,
@@ -40,6 +37,7 @@ from pipeline.stages.common import (
     common_tags,
     construct_stage,
     context,
+    entry_sha,
     generate_stage,
     joined_sha,
     judge_stage,
@@ -66,35 +64,6 @@ def kappa_vs_human(agreement_path: Path | None) -> dict[str, float]:
         for r in rows
         if r.get("reference") == "human" and r.get("cohen_kappa") is not None
     }
-
-
-# Fields of a model or judge entry that say how it is reached, paced or priced, not what it
-# answers (a new port for the same server, a higher rate limit: the same rows).
-_TRANSPORT = frozenset(
-    {
-        "base_url",
-        "api_key_env",
-        "max_concurrency",
-        "requests_per_minute",
-        "tokens_per_minute",
-        "timeout_s",
-        "max_retries",
-        "price_input_per_1m",
-        "price_output_per_1m",
-        "embedding_cache",
-    }
-)
-
-
-def entry_sha(entry: BaseModel, benchmark: str) -> str:
-    """A digest of a model or judge entry's settings that determine its rows on `benchmark`
-    (temperature, max_tokens, settings, mode, its slice of this benchmark, ...; not
-    `_TRANSPORT`, nor its slices of other benchmarks): part of a row's provenance, so that
-    changing one model's entry makes new runs of its rows only."""
-    fields = {k: v for k, v in entry.model_dump(mode="json").items() if k not in _TRANSPORT}
-    if isinstance(fields.get("slice"), dict):
-        fields["slice"] = fields["slice"].get(benchmark)
-    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
 
 SAMPLING = ("model", "temperature", "top_p", "max_tokens", "seed")

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,14 @@ from pipeline import __version__
 from pipeline.core.benchmark import AnyBenchmark, Context, Run
 from pipeline.core.config import Params
 from pipeline.core.errors import DataError, StageFailed
-from pipeline.core.io import iter_lines, read_json, read_jsonl, read_jsonl_lines, read_text
+from pipeline.core.io import (
+    canonical_json,
+    iter_lines,
+    read_json,
+    read_jsonl,
+    read_jsonl_lines,
+    read_text,
+)
 from pipeline.core.lineage import dvc_file_md5, dvc_lock_entry, git_info, runtime_tags, stage_md5
 from pipeline.core.prompts import load_prompt
 from pipeline.core.types import UsageReport
@@ -207,6 +215,35 @@ def read_runs(
 def no_usage(label: str) -> UsageReport:
     """The usage report of a stage that called no model (published outputs, baselines)."""
     return UsageReport(label=label, **dict.fromkeys(set(UsageReport.model_fields) - {"label"}, 0))
+
+
+# Fields of a model or judge entry that say how it is reached, paced or priced, not what it
+# answers (a new port for the same server, a higher rate limit: the same rows).
+_TRANSPORT = frozenset(
+    {
+        "base_url",
+        "api_key_env",
+        "max_concurrency",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "timeout_s",
+        "max_retries",
+        "price_input_per_1m",
+        "price_output_per_1m",
+        "embedding_cache",
+    }
+)
+
+
+def entry_sha(entry: BaseModel, benchmark: str) -> str:
+    """A digest of a model or judge entry's settings that determine its rows on `benchmark`
+    (temperature, max_tokens, settings, mode, its slice of this benchmark, ...; not
+    `_TRANSPORT`, nor its slices of other benchmarks): part of a row's provenance, so that
+    changing one model's entry makes new runs of its rows only."""
+    fields = {k: v for k, v in entry.model_dump(mode="json").items() if k not in _TRANSPORT}
+    if isinstance(fields.get("slice"), dict):
+        fields["slice"] = fields["slice"].get(benchmark)
+    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
 
 def usage_path(out: Path) -> Path:

@@ -28,6 +28,7 @@ from pipeline.llm.client import (
 )
 from pipeline.stages.common import (
     context,
+    entry_sha,
     finish_llm_stage,
     generate_stage,
     llm_paths,
@@ -261,7 +262,7 @@ def generate(
         gens = bench.offline_generations(ctx, model, spec, dataset)
         report = no_usage(stage)
     write_jsonl(out, gens)
-    write_usage(usage_path(out), report)
+    write_usage(usage_path(out), report, entry_sha(spec, bench.name))
     log.info("wrote %s: %d generations", out, len(gens))
     finish_llm_stage(stage, root, report, [g for g in gens if g.status != "ok"])
     return len(gens)

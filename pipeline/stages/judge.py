@@ -36,6 +36,7 @@ from pipeline.core.types import EndpointConfig, UsageReport
 from pipeline.llm.client import cost_usd, resolve_api_key, write_usage
 from pipeline.stages.common import (
     context,
+    entry_sha,
     finish_llm_stage,
     judge_stage,
     llm_paths,
@@ -295,7 +296,7 @@ def judge(
                 " read from the cache where it holds them)",
             )
     write_jsonl(out, js)
-    write_usage(usage_path(out), report)
+    write_usage(usage_path(out), report, entry_sha(spec, bench.name))
     if speed is not None:
         write_throughput(root, stage, [speed])
     n_invalid = sum(1 for j in js for v in j.verdicts if v.status == "invalid")

@@ -203,9 +203,11 @@ def test_llm_pipeline_end_to_end(project: Path, tmp_path: Path) -> None:
     speeds = read_throughput(project, "summhay-agreement")
     assert {speeds[n].n_judgements for n in ("llm", "llm-batch")} == {n_agree}
     assert all(speeds[n].judgements_per_second for n in ("llm", "llm-batch"))
-    [pair] = [r for r in agreement if r["reference"] not in ("human",)]
-    assert {pair["judge"], pair["reference"]} == {"llm", "llm-batch"}
-    assert pair["n"] == n_verdicts and pair["exact_agreement"] == 1.0  # the same scripted labels
+    # judge vs judge is measured on the released systems' summaries both judges scored: the
+    # agreement stage does not read your own models' judgements (adding a model does not re-run
+    # it), and this run has no released system (tests/benchmarks/summhay/test_agreement.py
+    # checks the pair rows)
+    assert not [r for r in agreement if r["reference"] != "human"]
 
     gen_usage = usage_first
     pi_usage = _usage(project / "judgements/summhay/tiny/llm.usage.json")
@@ -391,4 +393,6 @@ def test_missing_key_is_a_clear_error(project: Path, tmp_path: Path) -> None:
         assert srv.log() == []
     assert proc.returncode != 0
     err = proc.stdout + proc.stderr
-    assert "models.tiny" in err and KEY_ENV in err
+    # the first stage that needs the key names its entry: the model's generate stage, or the
+    # agreement stage (its LLM judge scores the human-labelled summaries), whichever DVC runs first
+    assert ("models.tiny" in err or "judges.llm" in err) and KEY_ENV in err, err[-3000:]

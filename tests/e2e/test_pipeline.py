@@ -392,9 +392,9 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
     _edit_params(proj, add)
     out = run(["dvc", "repro"], proj)
     assert sorted(_ran(out.stdout)) == [
-        "crux-aggregate",  # it reads SummHay's generations and judgements
+        "crux-aggregate",  # a new released system's coverage: CRUX correlates with it
         "summhay-aggregate",
-        "summhay-agreement",  # its judge-vs-judge part reads every model's judgements
+        # not summhay-agreement: it reads the human-labelled systems' judgements only
         # (construction reads no model entry: the model's own stage checks its settings)
         "summhay-generate@gemini-oracle",
         "summhay-judge@gemini-oracle-published-gpt-4o",
