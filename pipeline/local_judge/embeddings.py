@@ -6,8 +6,10 @@ published systems on the news haystacks), which takes minutes with the numpy enc
 they are kept in one SQLite file (`.lfbench/cache/embeddings.sqlite`, like the LLM response
 cache) keyed by the SHA-256 of the encoder id and the text: a stage that meets a text another
 stage already embedded reads it instead. Each vector is rounded to float16 precision before it is
-stored and when it is computed, and each text is encoded on its own (no batch padding) with one
-BLAS thread, so a cache hit and a fresh computation give identical numbers on any machine.
+stored and when it is computed, and each text is encoded on its own (no batch padding) on one
+thread, so a cache hit and a fresh computation give identical numbers; the encoder's graph gives
+the same bits on every x86-64 CPU family (see `encoder_onnx`), so a cache filled on one machine
+holds what any other would compute.
 
 The encoder is `pipeline.local_judge.encoder_onnx`: the same MiniLM in ONNX Runtime with int8
 weights (the retrievers keep the numpy float32 one of `pipeline.retrieval.dense`). Each text is
@@ -38,7 +40,10 @@ from pipeline.core.progress import Ticker
 from pipeline.local_judge import encoder_onnx
 from pipeline.local_judge.encoder_onnx import default_cache_path as default_cache_path
 
-ENCODER_ID = "all-MiniLM-L6-v2/onnx-int8-u8s8-7bit-per-channel/first-window/per-text/1-thread/f16"
+ENCODER_ID = (
+    "all-MiniLM-L6-v2/onnx-int8-u8s8-7bit-per-channel/integer-attention/cpu-portable"
+    "/first-window/per-text/1-thread/f16"
+)
 DIM = 384
 _BUSY_TIMEOUT_S = 60.0
 ENV_WORKERS = "LFBENCH_EMBED_WORKERS"

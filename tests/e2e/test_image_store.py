@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.core.errors import LfbenchError
 from pipeline.tools import containers, image_store
-from tests.conftest import run
+from tests.conftest import ROOT, run
 
 pytestmark = [pytest.mark.docker]
 
@@ -152,11 +152,14 @@ def test_through_the_dvc_remote(engine: Any, tmp_path: Path) -> None:
     with pytest.raises(LfbenchError, match=r"does not match its \.sha256"):
         image_store.pull_dvc(ws, rec, client=engine)
 
-    # No image, no store: a clear error from the CLI, not a traceback.
-    (ws / "build").mkdir()
-    (ws / "build" / "image.json").write_text(
-        json.dumps({"version": containers.RECORD_VERSION, **rec})
-    )
+    # No image, no store: a clear error from the CLI, not a traceback. The CLI computes the
+    # recipe from the workspace's files and params (as the image stage does): the project's,
+    # with a Dockerfile of its own so that no engine or store has its image.
+    for name in (*containers.RECIPE_FILES, "params.yaml"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, ws / name)
+    with (ws / "Dockerfile").open("a") as f:
+        f.write(f"# {uuid.uuid4().hex}\n")
     archive.unlink()
     proc = run(["lfbench", "image", "pull"], ws, check=False)
     assert proc.returncode != 0 and "no store has the image" in proc.stderr

@@ -42,7 +42,7 @@ FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1600,1000",
+    "--window-size=2560,1200",
 )
 
 
