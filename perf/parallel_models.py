@@ -249,6 +249,7 @@ def main() -> None:
     args = ap.parse_args()
     mirror = Path(os.environ.get("LFBENCH_DATA_MIRROR", ROOT.parent / "shared" / "data"))
     work = Path(tempfile.mkdtemp(prefix="lfbench-parallel-"))
+    work.chmod(0o755)  # the team's PostgreSQL (run as `postgres` under root) enters it
     env = {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -293,6 +294,7 @@ def main() -> None:
                 runs["serial"] = {"seconds": timed(["dvc", "repro", *TARGETS], serial, env)}
                 n, dup = served(servers, m)
                 runs["serial"].update(requests=n, repeated=dup)
+                print(f"serial: {runs['serial']}", file=sys.stderr, flush=True)
             m = marks(servers)
             runs["parallel"] = {
                 "seconds": timed(
@@ -305,6 +307,7 @@ def main() -> None:
             runs["parallel"]["dvc_status_clean"] = "up to date" in status
             if not args.skip_serial:
                 runs["parallel"]["same_as_serial"] = compare(serial, parallel)
+            print(f"parallel: {runs['parallel']}", file=sys.stderr, flush=True)
             if args.cluster:
                 m = marks(servers)
                 c = run_cluster(work / "cluster", base, env, args)

@@ -217,6 +217,19 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def require_reachable_by_others(folder: Path) -> None:
+    """Run as root, PostgreSQL runs as the `postgres` user: it must be able to enter every folder
+    above the team's folder (a `mktemp -d` parent, mode 0700, stops it: initdb failed with a
+    traceback). An error naming the first folder it cannot enter, before anything starts."""
+    for parent in folder.resolve().parents:
+        if parent.exists() and not parent.stat().st_mode & 0o001:
+            raise LfbenchError(
+                f"{folder}: PostgreSQL runs as the user postgres, which cannot enter {parent}"
+                f" (mode {parent.stat().st_mode & 0o777:o}): choose a --dir it can reach, or"
+                f" `chmod o+x {parent}`"
+            )
+
+
 def require_free_port(host: str, port: int, what: str, option: str) -> None:
     """An error naming the port if another process already listens on it."""
     if not port_is_free(host, port):
@@ -543,6 +556,7 @@ def team_up(
         _down(previous)
         state_path.unlink()
     if os.geteuid() == 0:
+        require_reachable_by_others(folder)
         folder.chmod(0o755)  # the server runs as `postgres`
     old = _read_env(folder / SECRETS_ENV)
     datadir = folder / "postgres"

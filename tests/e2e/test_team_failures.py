@@ -206,3 +206,18 @@ def test_team_down_never_signals_a_recorded_pid_now_held_by_another_program(
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as `postgres` only under root")
+def test_a_team_folder_postgres_cannot_reach_is_an_error_naming_the_parent() -> None:
+    """Under a `mktemp -d` folder (mode 0700) initdb, run as `postgres`, failed with a traceback;
+    now an error naming the folder it cannot enter, before anything starts."""
+    parent = Path(tempfile.mkdtemp(prefix="lfbench-team-private-"))
+    try:
+        proc = run(["lfbench", "team", "up", "--dir", str(parent / "team")], ROOT, check=False)
+        assert proc.returncode != 0
+        assert f"cannot enter {parent} (mode 700)" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert not (parent / "team" / "postgres").exists()
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
