@@ -638,6 +638,9 @@ _STOPPED = textwrap.dedent(
     import os, signal, sys, time
     from pathlib import Path
     from pipeline.stages import tracking
+    # Ctrl-C raises KeyboardInterrupt here even when the parent ignores SIGINT (a job started
+    # with `&` by a non-interactive shell inherits SIG_IGN, and Python then keeps it)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     root, how, stop_at, flag = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     shift = float(sys.argv[5])
     real, calls = tracking._log_artifacts, []
