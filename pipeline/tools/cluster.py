@@ -21,6 +21,7 @@ same DVC remote, MLflow server and response cache (compared with credentials mas
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import threading
@@ -32,6 +33,7 @@ from typing import Any
 from pipeline.core.errors import LfbenchError
 from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
 
+log = logging.getLogger(__name__)
 ENV_CLONE = "LFBENCH_WORKER_CLONE"
 # the files of the driver's workspace a worker's clone takes as they are (the pipeline's
 # definition, and the lock with the stages finished so far)
@@ -187,18 +189,21 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             owners.append("data.dvc")
         if owners:
             repo.pull(targets=owners)
-        with contextlib.suppress(Exception):  # the remote may hold no run cache yet
-            repo.stage_cache.pull(None)
         how = "ran"
         if not stage.changed():
             how = "unchanged"
         else:
             stage.remove_outs(ignore_remove=False, force=False)
+            stage.save_deps()
+            try:
+                pull_run_cache(repo, stage)
+            except Exception as e:  # noqa: BLE001 - then the stage runs: say why
+                log.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
             try:
                 repo.stage_cache.restore(stage, pull=True)
                 how = "restored"
             except RunCacheNotFoundError:
-                stage.save_deps()
+                pass
     rc, stopped = 0, False
     if how == "ran":
         env = {**os.environ, **spec.env, "DVC_ROOT": str(clone), "DVC_STAGE": spec.stage}
@@ -216,8 +221,10 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             stage.dump(update_pipeline=False)  # push reads the outputs' hashes from dvc.lock
             repo._reset()
         repo.push(targets=[spec.stage])
-        with contextlib.suppress(Exception):
-            repo.stage_cache.push(None)
+        try:
+            push_run_cache(repo, stage)
+        except Exception as e:  # noqa: BLE001 - the outputs are pushed: a warning, not a failure
+            log.warning("stage %s: pushing its run-cache entry: %s", spec.stage, e)
         entry = to_single_stage_lockfile(stage)
         files = {
             str(Path(out.fs_path).relative_to(clone)): Path(out.fs_path).read_bytes()
@@ -244,6 +251,57 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_plain(v) for v in obj]
     return obj
+
+
+def _run_cache_dirs(repo: Any, stage: Any) -> tuple[Any, str, Path] | None:
+    """The remote's ODB, and the remote and local folders of `stage`'s run-cache entries (its
+    dependencies hashed), or None when DVC cannot key the stage (no run cache for it)."""
+    from dvc.stage.cache import _can_hash, _get_stage_hash
+
+    if not _can_hash(stage):
+        return None
+    key = _get_stage_hash(stage)
+    odb = repo.cloud.get_remote_odb(None, "run cache", hash_name="md5-dos2unix")
+    remote = odb.fs.join(odb.path, "runs", key[:2], key)
+    return odb, remote, Path(repo.stage_cache._get_cache_dir(key))
+
+
+def pull_run_cache(repo: Any, stage: Any) -> int:
+    """The remote's run-cache entries of this one stage (`dvc pull --run-cache` copies every
+    entry of every stage, each time). Returns the number copied."""
+    from dvc.fs import LocalFileSystem, generic
+
+    where = _run_cache_dirs(repo, stage)
+    if where is None:
+        return 0
+    odb, remote, local = where
+    if not odb.fs.exists(remote):
+        return 0
+    n = 0
+    for src in odb.fs.find(remote):
+        dst = local / odb.fs.name(src)
+        if not dst.exists():
+            local.mkdir(parents=True, exist_ok=True)
+            generic.copy(odb.fs, src, LocalFileSystem(), str(dst))
+            n += 1
+    return n
+
+
+def push_run_cache(repo: Any, stage: Any) -> int:
+    """This one stage's run-cache entries not on the remote yet."""
+    from dvc.fs import LocalFileSystem, generic
+
+    where = _run_cache_dirs(repo, stage)
+    if where is None or not where[2].is_dir():
+        return 0
+    odb, remote, local = where
+    have = {odb.fs.name(p) for p in odb.fs.find(remote)} if odb.fs.exists(remote) else set()
+    n = 0
+    for path in sorted(local.iterdir()):
+        if path.name not in have:
+            generic.copy(LocalFileSystem(), str(path), odb.fs, odb.fs.join(remote, path.name))
+            n += 1
+    return n
 
 
 # ---------------------------------------------------------------- the worker process

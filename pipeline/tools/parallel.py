@@ -34,6 +34,7 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -83,8 +84,10 @@ class StageState:
     upstream: list[str]
     cores: int
     state: str = WAITING
+    ready: float | None = None  # its upstream stages all finished
     started: float | None = None
     ended: float | None = None
+    settled: float | None = None  # the driver saved its outputs (its dependents may start)
     progress: dict[str, Any] = field(default_factory=dict)
     result: TaskResult | None = None
     why: str = ""  # failed / skipped: the reason
@@ -145,6 +148,10 @@ class DvcSide:
         self.repo = repo
         self.force = force
         self.remote = remote  # the stages run in workers' clones (--cluster)
+        # finished stages whose dvc.lock entries are not written yet: `flush` writes them in one
+        # rewrite of dvc.lock (DVC rewrites the whole file per stage, about a second for 100 kB)
+        self.pending: list[Any] = []
+        self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write and pull
 
     def prepare(self, stage: Any, upstream: list[Any]) -> str:
         """Before the command: UNCHANGED (nothing to do), RESTORED (from the run cache, saved,
@@ -174,7 +181,6 @@ class DvcSide:
     def adopt(self, name: str, entry: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
         """A stage a worker ran (--cluster): its uncached outputs as they came, its dvc.lock
         entry, and its cached outputs pulled from the remote into this workspace."""
-        from dvc.utils.serialize import modify_yaml
 
         root = Path(self.repo.root_dir)
         for rel, data in files.items():
@@ -183,21 +189,50 @@ class DvcSide:
                 raise LfbenchError(f"stage {name}: a worker sent {rel}, outside the workspace")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        with modify_yaml(str(root / "dvc.lock"), fs=self.repo.fs) as data:
-            data.update({"schema": "2.0"} if "schema" not in data else {})
-            data.setdefault("stages", {})
-            data["stages"][name] = dict(entry[name]) if name in entry else dict(entry)
-        self.repo._reset()
-        self.repo.pull(targets=[name])
+        self.adopted[name] = dict(entry[name]) if name in entry else dict(entry)
 
     def finish(self, stage: Any) -> None:
-        """After a successful command (or a restore): what `Stage.run` does next, and the dump."""
+        """After a successful command (or a restore): what `Stage.run` does next. Its dvc.lock
+        entry is written by the next `flush`."""
         no_cache_outs = any(
             not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
         )
         stage.save(allow_missing=False, run_cache=not no_cache_outs)
         stage.commit(allow_missing=False)
-        stage.dump(update_pipeline=False)
+        self.pending.append(stage)
+
+    def flush(self) -> list[str]:
+        """Write the dvc.lock entries of the stages finished since the last flush, in one
+        rewrite of the file, and (--cluster) pull the adopted stages' outputs into this
+        workspace in one pull. Returns the names of stages whose pull failed."""
+        from dvc.utils.serialize import modify_yaml
+
+        failed: list[str] = []
+        if self.pending:
+            by_file: dict[str, list[Any]] = {}
+            for stage in self.pending:
+                by_file.setdefault(stage.dvcfile.path, []).append(stage)
+            for stages in by_file.values():
+                stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
+            self.pending = []
+        if self.adopted:
+            adopted, self.adopted = self.adopted, {}
+            root = Path(self.repo.root_dir)
+            with modify_yaml(str(root / "dvc.lock"), fs=self.repo.fs) as data:
+                data.update({"schema": "2.0"} if "schema" not in data else {})
+                data.setdefault("stages", {})
+                data["stages"].update(adopted)
+            self.repo._reset()
+            try:
+                self.repo.pull(targets=list(adopted))
+            except Exception:  # noqa: BLE001 - find which ones: pull them one at a time
+                for name in adopted:
+                    try:
+                        self.repo.pull(targets=[name])
+                    except Exception as e:  # noqa: BLE001
+                        log.error("stage %s: pulling its outputs: %s", name, e)
+                        failed.append(name)
+        return failed
 
     def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
         """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
@@ -327,6 +362,7 @@ class Repro:
         self._commit = ""  # --cluster: the commit workers must be at
         self._uncached: set[str] = set()  # --cluster: outputs kept out of the DVC cache
         self._lock = threading.Lock()
+        self._t0: float | None = None
 
     # -- engine
 
@@ -357,9 +393,11 @@ class Repro:
             repo.push()
         except Exception as e:  # noqa: BLE001 - outputs not made yet are reported, not fatal
             log.debug("push before the cluster run: %s", e)
-        with contextlib.suppress(Exception):
-            repo.stage_cache.push(None)
-            repo.stage_cache.pull(None)
+        with contextlib.suppress(Exception):  # the keys the other side lacks (DVC's own
+            # push and pull of the run cache copy every entry again, each time)
+            odb = repo.cloud.get_remote_odb(None, "run cache", hash_name="md5-dos2unix")
+            repo.stage_cache.transfer(repo.cache.legacy, odb, force=False)
+            repo.stage_cache.transfer(odb, repo.cache.legacy, force=False)
 
     def _start_engine(self, stack: contextlib.ExitStack) -> Any:
         """Dask: a local cluster in this process, or the `--cluster` scheduler. Started when the
@@ -401,6 +439,7 @@ class Repro:
 
         if logging.getLogger().level > logging.DEBUG:  # the live view says what DVC would
             logging.getLogger("dvc").setLevel(logging.WARNING)
+        self._t0 = time.monotonic()
         repo = Repo(str(self.root))
         with lock_repo(repo), repo.scm_context(quiet=True):
             prune(repo)
@@ -425,7 +464,11 @@ class Repro:
                 with contextlib.ExitStack() as stack, self._signals():
                     self._loop(stack, dvc, by_name)
             finally:
-                dvc.order_lock(locked_before, steps)
+                try:
+                    dvc.flush()  # what finished before an error in the loop keeps its entry
+                finally:
+                    dvc.order_lock(locked_before, steps)
+                    self._write_timeline()
                 forget(self.root, f"repro-{self.run_id}")
         return ReproResult(self.states, interrupted=self._stopping > 0)
 
@@ -446,6 +489,8 @@ class Repro:
                 signalled += 1
             if not self._stopping:
                 self._start_ready(client, dvc, by_name, futures)
+            # the dependents just started do not wait on these entries: they read the outputs
+            self._flush(dvc)
             if not futures:
                 break
             from distributed import wait
@@ -455,6 +500,8 @@ class Repro:
             for fut in [f for f in futures if f.done()]:
                 name = futures.pop(fut)
                 self._finished(dvc, by_name[name], fut)
+            if self.cluster:  # their outputs must be here before their dependents are prepared
+                self._flush(dvc)
             self._show()
         for st in self.states.values():
             if st.state == WAITING and self._stopping:
@@ -485,6 +532,7 @@ class Repro:
                     continue
                 if any(u.state not in FINISHED for u in ups):
                     continue
+                st.ready = st.ready or time.monotonic()
                 stage = by_name[name]
                 upstream = [by_name[u] for u in st.upstream]
                 try:
@@ -570,6 +618,41 @@ class Repro:
             st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
             return
         st.state = DONE if res.how == "ran" else RESTORED if res.how == "restored" else UNCHANGED
+        st.settled = time.monotonic()
+
+    def _write_timeline(self) -> None:
+        """`.lfbench/logs/repro-<run>.json`: each stage's state and when (seconds from the
+        start) it became ready, started, ended and was saved by the driver: where the time
+        went (`perf/parallel_models.py` reads it)."""
+        t0 = self._t0
+        if t0 is None:
+            return
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - t0, 2)
+
+        rows = [
+            {
+                "stage": st.name,
+                "state": st.state,
+                "cores": st.cores,
+                "ready": rel(st.ready),
+                "started": rel(st.started),
+                "ended": rel(st.ended),
+                "settled": rel(st.settled),
+                "host": st.result.host if st.result else None,
+            }
+            for st in sorted(self.states.values(), key=lambda s: s.index)
+        ]
+        path = self.root / ".lfbench" / "logs" / f"repro-{self.run_id}.json"
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"run": self.run_id, "stages": rows}, indent=1) + "\n")
+
+    def _flush(self, dvc: DvcSide) -> None:
+        for name in dvc.flush():
+            st = self.states[name]
+            st.state, st.why = FAILED, "its outputs could not be pulled from the DVC remote"
 
     def _on_progress(self, event: Any) -> None:
         _, msg = event
