@@ -33,7 +33,7 @@ from typing import Any
 from pipeline.core.errors import LfbenchError
 from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 ENV_CLONE = "LFBENCH_WORKER_CLONE"
 # the files of the driver's workspace a worker's clone takes as they are (the pipeline's
 # definition, and the lock with the stages finished so far)
@@ -198,7 +198,7 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             try:
                 pull_run_cache(repo, stage)
             except Exception as e:  # noqa: BLE001 - then the stage runs: say why
-                log.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
+                logger.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
             try:
                 repo.stage_cache.restore(stage, pull=True)
                 how = "restored"
@@ -224,7 +224,7 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
         try:
             push_run_cache(repo, stage)
         except Exception as e:  # noqa: BLE001 - the outputs are pushed: a warning, not a failure
-            log.warning("stage %s: pushing its run-cache entry: %s", spec.stage, e)
+            logger.warning("stage %s: pushing its run-cache entry: %s", spec.stage, e)
         entry = to_single_stage_lockfile(stage)
         files = {
             str(Path(out.fs_path).relative_to(clone)): Path(out.fs_path).read_bytes()
