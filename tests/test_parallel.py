@@ -302,3 +302,26 @@ def test_a_worker_moves_only_its_stage_s_run_cache_entry(
         repo.stage_cache.restore(b, pull=True)
     assert json.loads((clone / "out/b.json").read_text())["name"] == "b"
     assert not (clone / "times.log").exists()  # restored, not run
+
+
+def test_stages_more_stages_wait_on_go_first(tmp_path: Path) -> None:
+    """With one slot, of the stages ready at once the one with more stages downstream starts
+    first: a (b, c and d wait on it) before e (nothing waits on it), though e comes first in
+    dvc.yaml."""
+    from pipeline.tools.parallel import StageState, _count_downstream
+
+    states = {
+        n: StageState(n, i, up, 1)
+        for i, (n, up) in enumerate(
+            [("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]), ("e", [])]
+        )
+    }
+    _count_downstream(states)
+    assert {n: s.priority for n, s in states.items()} == {"a": 3, "b": 1, "c": 1, "d": 0, "e": 0}
+
+    pipeline = diamond()
+    pipeline["stages"] = {"e": pipeline["stages"].pop("e"), **pipeline["stages"]}  # e first
+    proj = toy(tmp_path / "p", pipeline, cfg={"sleep": {n: 0.3 for n in "abcde"}})
+    run(["lfbench", "repro", "--jobs", "1"], proj)
+    t = times(proj)
+    assert t["a"]["start"] < t["e"]["start"]

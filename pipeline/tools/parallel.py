@@ -84,6 +84,9 @@ class StageState:
     upstream: list[str]
     cores: int
     state: str = WAITING
+    # of the stages ready at once, those more stages wait on go first (Dask's priority): here
+    # the count of stages downstream of it in this run
+    priority: int = 0
     ready: float | None = None  # its upstream stages all finished
     started: float | None = None
     ended: float | None = None
@@ -152,6 +155,8 @@ class DvcSide:
         # rewrite of dvc.lock (DVC rewrites the whole file per stage, about a second for 100 kB)
         self.pending: list[Any] = []
         self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write and pull
+        self._lock_doc: Any = None  # dvc.lock as last written (DVC's round-trip YAML)
+        self._lock_sig: tuple[int, int, int] | None = None
 
     def prepare(self, stage: Any, upstream: list[Any]) -> str:
         """Before the command: UNCHANGED (nothing to do), RESTORED (from the run cache, saved,
@@ -205,23 +210,26 @@ class DvcSide:
         """Write the dvc.lock entries of the stages finished since the last flush, in one
         rewrite of the file, and (--cluster) pull the adopted stages' outputs into this
         workspace in one pull. Returns the names of stages whose pull failed."""
-        from dvc.utils.serialize import modify_yaml
+        from dvc.stage.serialize import to_lockfile
 
         failed: list[str] = []
+        root_file = str(Path(self.repo.root_dir) / "dvc.yaml")
         if self.pending:
-            by_file: dict[str, list[Any]] = {}
+            mine = [s for s in self.pending if s.dvcfile.path == root_file]
+            others: dict[str, list[Any]] = {}
             for stage in self.pending:
-                by_file.setdefault(stage.dvcfile.path, []).append(stage)
-            for stages in by_file.values():
+                if stage.dvcfile.path != root_file:  # a dvc.yaml in a subfolder: DVC writes it
+                    others.setdefault(stage.dvcfile.path, []).append(stage)
+            for stages in others.values():
                 stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
+            entries: dict[str, Any] = {}
+            for stage in mine:
+                entries.update(to_lockfile(stage))
+            self._write_lock(entries)
             self.pending = []
         if self.adopted:
             adopted, self.adopted = self.adopted, {}
-            root = Path(self.repo.root_dir)
-            with modify_yaml(str(root / "dvc.lock"), fs=self.repo.fs) as data:
-                data.update({"schema": "2.0"} if "schema" not in data else {})
-                data.setdefault("stages", {})
-                data["stages"].update(adopted)
+            self._write_lock(adopted)
             self.repo._reset()
             try:
                 self.repo.pull(targets=list(adopted))
@@ -233,6 +241,31 @@ class DvcSide:
                         log.error("stage %s: pulling its outputs: %s", name, e)
                         failed.append(name)
         return failed
+
+    def _write_lock(self, entries: Mapping[str, Any]) -> None:
+        """These entries into dvc.lock, as DVC's `Lockfile.dump_stages` writes them (its
+        round-trip YAML, entries updated in place or appended). The parsed file is kept between
+        writes while nobody else changed it: parsing a 200-kB dvc.lock takes DVC longer than
+        writing it."""
+        from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
+
+        if not entries:
+            return
+        path = Path(self.repo.root_dir) / "dvc.lock"
+        data = self._lock_doc if self._lock_doc and self._lock_sig == _file_sig(path) else None
+        if data is None:
+            data = parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}
+            data = data or {}
+        if not data:
+            data.update({"schema": "2.0"})
+            log.info("Generating lock file 'dvc.lock'")
+        data["stages"] = data.get("stages", {})
+        changed = any(data["stages"].get(k, {}) != v for k, v in entries.items())
+        data["stages"].update(entries)
+        dump_yaml(str(path), data, fs=self.repo.fs)
+        self._lock_doc, self._lock_sig = data, _file_sig(path)
+        if changed:
+            self.repo.scm_context.track_file("dvc.lock")
 
     def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
         """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
@@ -455,6 +488,7 @@ class Repro:
                 self.states[s.addressing] = StageState(
                     s.addressing, i, up, stage_cores(s, params, ncpu)
                 )
+            _count_downstream(self.states)
             locked_before = _lock_names(self.root)
             dvc = DvcSide(repo, force=self.force, remote=bool(self.cluster))
             if self.cluster:
@@ -489,8 +523,7 @@ class Repro:
                 signalled += 1
             if not self._stopping:
                 self._start_ready(client, dvc, by_name, futures)
-            # the dependents just started do not wait on these entries: they read the outputs
-            self._flush(dvc)
+            self._flush(dvc)  # what finished while nothing new could start
             if not futures:
                 break
             from distributed import wait
@@ -518,7 +551,9 @@ class Repro:
         progressed = True
         while progressed:  # a stage found unchanged may make the next one ready
             progressed = False
-            for name, st in sorted(self.states.items(), key=lambda kv: kv[1].index):
+            for name, st in sorted(
+                self.states.items(), key=lambda kv: (-kv[1].priority, kv[1].index)
+            ):
                 if st.state != WAITING:
                     continue
                 ups = [self.states[u] for u in st.upstream]
@@ -546,12 +581,17 @@ class Repro:
                     st.state = decided
                     progressed = True
                     continue
+                # its upstream's dvc.lock entries first: a serial run has written them when a
+                # stage starts, and aggregates read them (each MLflow run's stage digests);
+                # the entries of all stages finished meanwhile go in one rewrite of the file
+                self._flush(dvc)
                 st.state, st.started = RUNNING, time.monotonic()
                 fut = client().submit(
                     run_stage,
                     self._spec(stage, st),
                     key=f"lfbench-{self.run_id}-{name}",
                     pure=False,
+                    priority=st.priority,
                     resources={"cores": st.cores} if st.cores else None,
                 )
                 futures[fut] = name
@@ -691,6 +731,31 @@ class Repro:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _file_sig(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _count_downstream(states: Mapping[str, StageState]) -> None:
+    """Each stage's priority: how many stages of the run are downstream of it."""
+    below: dict[str, set[str]] = {n: set() for n in states}
+    for st in states.values():
+        for u in st.upstream:
+            below[u].add(st.name)
+    for name, st in states.items():
+        seen: set[str] = set()
+        todo = list(below[name])
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(below[n])
+        st.priority = len(seen)
 
 
 def identity_commit(root: Path) -> str:
