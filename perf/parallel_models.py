@@ -162,6 +162,12 @@ def phases(proj: Path) -> dict[str, Any]:
                 "last_end": max(r["ended"] or 0 for r in rs),
                 "longest": max((r["ended"] or 0) - r["started"] for r in rs),
             }
+    parts: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.get("phases") or {}).items():
+            parts[k] = round(parts.get(k, 0.0) + v, 1)
+    if parts:  # a cluster's stages: seconds summed over stages in each part of a worker's task
+        out["worker_parts"] = parts
     out["max_wait_for_slot"] = max((r["started"] - r["ready"] for r in rows), default=0)
     out["max_save_lag"] = max(
         ((r["settled"] or r["ended"] or 0) - (r["ended"] or 0) for r in rows), default=0
@@ -378,7 +384,12 @@ def main() -> None:
             f"{r.get('requests')} requests ({r.get('repeated', 0)} repeated){same_txt}"
         )
         for kind, ph in (r.get("phases") or {}).items():
-            if isinstance(ph, dict):
+            if kind == "worker_parts":
+                print(
+                    "      worker parts (s, summed): "
+                    + ", ".join(f"{k} {v}" for k, v in ph.items())
+                )
+            elif isinstance(ph, dict):
                 print(
                     f"      {kind:9} {ph['n']:3} stages  {ph['first_start']:6.1f} s -> "
                     f"{ph['last_end']:6.1f} s  (longest {ph['longest']:.1f} s)"

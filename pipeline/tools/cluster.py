@@ -162,7 +162,16 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
     payload = spec.cluster
     log = log_path(clone, spec.stage)
     log.unlink(missing_ok=True)
+    phases: dict[str, float] = {}
+    mark = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - mark[0], 2)
+        mark[0] = now
+
     with _clone_lock(clone) as repo:
+        lap("wait")
         mine = identity(clone)
         if mine["commit"] != payload["commit"]:
             return TaskResult(
@@ -187,8 +196,10 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             # stages read data/ but depend on data.sources.yaml (its pins, checked by the stage):
             # the clone's data/ is the one data.dvc records, from the remote if it is not here
             owners.append("data.dvc")
+        lap("load")
         if owners:
             repo.pull(targets=owners)
+        lap("pull")
         how = "ran"
         if not stage.changed():
             how = "unchanged"
@@ -204,13 +215,24 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
                 how = "restored"
             except RunCacheNotFoundError:
                 pass
+        lap("restore")
     rc, stopped = 0, False
     if how == "ran":
         env = {**os.environ, **spec.env, "DVC_ROOT": str(clone), "DVC_STAGE": spec.stage}
         rc, stopped = run_commands(spec, clone, log, env)
+        lap("run")
         if rc != 0:
-            return TaskResult(spec.stage, rc, host, str(log), time.monotonic() - started, stopped)
+            return TaskResult(
+                spec.stage,
+                rc,
+                host,
+                str(log),
+                time.monotonic() - started,
+                stopped,
+                phases=phases,
+            )
     with _clone_lock(clone) as repo:
+        lap("wait")
         stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
         if how != "unchanged":
             no_cache_outs = any(
@@ -218,9 +240,15 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             )
             stage.save(allow_missing=False, run_cache=not no_cache_outs)
             stage.commit(allow_missing=False)
-            stage.dump(update_pipeline=False)  # push reads the outputs' hashes from dvc.lock
-            repo._reset()
-        repo.push(targets=[spec.stage])
+        lap("save")
+        # the stage's cached outputs, by their hashes (DVC's `push <stage>` would first need
+        # the entry in this clone's dvc.lock and the whole index rebuilt)
+        for objs in stage.get_used_objs(push=True).values():
+            pushed = repo.cloud.push(objs)
+            if pushed.failed:
+                raise LfbenchError(
+                    f"stage {spec.stage}: {len(pushed.failed)} outputs not pushed to the remote"
+                )
         try:
             push_run_cache(repo, stage)
         except Exception as e:  # noqa: BLE001 - the outputs are pushed: a warning, not a failure
@@ -231,6 +259,7 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             for out in stage.outs
             if not out.use_cache and Path(out.fs_path).is_file()
         }
+        lap("push")
     return TaskResult(
         spec.stage,
         0,
@@ -241,6 +270,7 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
         lock_entry=_plain(entry),
         files=files,
         how=how,
+        phases=phases,
     )
 
 

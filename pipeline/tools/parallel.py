@@ -285,20 +285,24 @@ class DvcSide:
 
     def order_lock(self, before: Sequence[str], stages: Sequence[Any]) -> None:
         """Entries new to dvc.lock in `declared` order; entries that were there keep their
-        places (as under `dvc repro`, which updates them in place)."""
-        from dvc.utils.serialize import modify_yaml
+        places (as under `dvc repro`, which updates them in place). The file is rewritten only
+        when the order differs."""
+        from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
 
         path = Path(self.repo.root_dir) / "dvc.lock"
         if not path.exists():
             return
         rank = {s.addressing: i for i, s in enumerate(declared(self.repo, stages))}
-        with modify_yaml(str(path), fs=self.repo.fs) as data:
-            entries = data.get("stages") or {}
-            new = [k for k in entries if k not in set(before)]
-            want = sorted(new, key=lambda k: rank.get(k, len(rank)))
-            if new != want:
-                for k in want:
-                    entries[k] = entries.pop(k)
+        fresh = self._lock_doc is not None and self._lock_sig == _file_sig(path)
+        data = self._lock_doc if fresh else parse_yaml_for_update(path.read_text(), str(path))
+        entries = (data or {}).get("stages") or {}
+        new = [k for k in entries if k not in set(before)]
+        want = sorted(new, key=lambda k: rank.get(k, len(rank)))
+        if new != want:
+            for k in want:
+                entries[k] = entries.pop(k)
+            dump_yaml(str(path), data, fs=self.repo.fs)
+            self._lock_doc, self._lock_sig = data, _file_sig(path)
 
 
 def declared(repo: Any, stages: Sequence[Any]) -> list[Any]:
@@ -681,6 +685,7 @@ class Repro:
                 "ended": rel(st.ended),
                 "settled": rel(st.settled),
                 "host": st.result.host if st.result else None,
+                "phases": st.result.phases if st.result else {},
             }
             for st in sorted(self.states.values(), key=lambda s: s.index)
         ]
@@ -793,12 +798,12 @@ def _raw_params(root: Path) -> dict[str, Any]:
 
 
 def _lock_names(root: Path) -> list[str]:
-    import yaml
+    from pipeline.core.lineage import load_yaml_text as _load_yaml
 
     path = root / "dvc.lock"
     if not path.exists():
         return []
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = _load_yaml(path.read_text(encoding="utf-8")) or {}
     return list((data.get("stages") or {}).keys())
 
 
