@@ -63,7 +63,21 @@ def identity(root: Path) -> dict[str, Any]:
     }
 
 
+_REMOTES: dict[tuple[str, tuple[int, ...]], str | None] = {}
+
+
 def _dvc_remote(root: Path) -> str | None:
+    """The default DVC remote's URL (credentials masked), as `dvc config` gives it (DVC's
+    config levels merged); kept per clone until one of its config files changes (asking DVC
+    costs two CLI starts, seconds a stage on a busy worker)."""
+    files = [root / ".dvc" / "config", root / ".dvc" / "config.local"]
+    key = (str(root), tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files))
+    if key not in _REMOTES:
+        _REMOTES[key] = _ask_dvc_remote(root)
+    return _REMOTES[key]
+
+
+def _ask_dvc_remote(root: Path) -> str | None:
     proc = subprocess.run(
         ["dvc", "remote", "default"], cwd=root, capture_output=True, text=True, check=False
     )
@@ -129,6 +143,20 @@ def _clone_lock(clone: Path) -> Iterator[Any]:
                 yield repo
         finally:
             repo.close()
+
+
+def _stale(repo: Any, targets: list[str]) -> list[str]:
+    """Of these stages and .dvc files, those whose outputs in this clone are not the ones the
+    lock says (missing or different): only they are pulled (a `dvc pull` of all of them asks
+    the remote and walks every file again, seconds a stage)."""
+    by_name = {s.addressing: s for s in repo.index.stages}
+    stale = []
+    for target in targets:
+        owner = by_name.get(target)
+        outs = owner.outs if owner is not None else []
+        if owner is None or any(not o.hash_info or o.workspace_status() for o in outs):
+            stale.append(target)
+    return stale
 
 
 def _owners(repo: Any, stage: Any) -> list[str]:
@@ -197,8 +225,9 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             # the clone's data/ is the one data.dvc records, from the remote if it is not here
             owners.append("data.dvc")
         lap("load")
-        if owners:
-            repo.pull(targets=owners)
+        stale = _stale(repo, owners)
+        if stale:
+            repo.pull(targets=stale)
         lap("pull")
         how = "ran"
         if not stage.changed():

@@ -154,7 +154,8 @@ class DvcSide:
         # finished stages whose dvc.lock entries are not written yet: `flush` writes them in one
         # rewrite of dvc.lock (DVC rewrites the whole file per stage, about a second for 100 kB)
         self.pending: list[Any] = []
-        self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write and pull
+        self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write
+        self.to_pull: list[str] = []  # --cluster: stages whose outputs are pulled at the end
         self._lock_doc: Any = None  # dvc.lock as last written (DVC's round-trip YAML)
         self._lock_sig: tuple[int, int, int] | None = None
 
@@ -183,6 +184,11 @@ class DvcSide:
             stage.save_deps()
         return RUNNING
 
+    def check_runnable(self, stage: Any) -> str:
+        if stage.frozen or not stage.cmd:
+            raise ConfigError(f"stage {stage.addressing}: frozen or without a command")
+        return RUNNING
+
     def adopt(self, name: str, entry: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
         """A stage a worker ran (--cluster): its uncached outputs as they came, its dvc.lock
         entry, and its cached outputs pulled from the remote into this workspace."""
@@ -206,13 +212,11 @@ class DvcSide:
         stage.commit(allow_missing=False)
         self.pending.append(stage)
 
-    def flush(self) -> list[str]:
-        """Write the dvc.lock entries of the stages finished since the last flush, in one
-        rewrite of the file, and (--cluster) pull the adopted stages' outputs into this
-        workspace in one pull. Returns the names of stages whose pull failed."""
+    def flush(self) -> None:
+        """Write the dvc.lock entries of the stages finished since the last flush (and, on a
+        cluster, adopted from workers) in one rewrite of the file."""
         from dvc.stage.serialize import to_lockfile
 
-        failed: list[str] = []
         root_file = str(Path(self.repo.root_dir) / "dvc.yaml")
         if self.pending:
             mine = [s for s in self.pending if s.dvcfile.path == root_file]
@@ -230,17 +234,29 @@ class DvcSide:
         if self.adopted:
             adopted, self.adopted = self.adopted, {}
             self._write_lock(adopted)
-            self.repo._reset()
-            try:
-                self.repo.pull(targets=list(adopted))
-            except Exception:  # noqa: BLE001 - find which ones: pull them one at a time
-                for name in adopted:
-                    try:
-                        self.repo.pull(targets=[name])
-                    except Exception as e:  # noqa: BLE001
-                        log.error("stage %s: pulling its outputs: %s", name, e)
-                        failed.append(name)
-        return failed
+            self.to_pull += list(adopted)
+
+    def pull_adopted(self) -> list[str]:
+        """--cluster, at the end: the outputs of the stages workers ran, pulled from the remote
+        into this workspace in one `dvc pull` (their dependents ran on workers, which pull what
+        they read). Returns the names of stages whose outputs could not be pulled."""
+        names, self.to_pull = self.to_pull, []
+        if not names:
+            return []
+        log.info("pulling the outputs of %d stages from the DVC remote", len(names))
+        self.repo._reset()
+        try:
+            self.repo.pull(targets=names)
+            return []
+        except Exception:  # noqa: BLE001 - find which ones: pull them one at a time
+            failed = []
+            for name in names:
+                try:
+                    self.repo.pull(targets=[name])
+                except Exception as e:  # noqa: BLE001
+                    log.error("stage %s: pulling its outputs: %s", name, e)
+                    failed.append(name)
+            return failed
 
     def _write_lock(self, entries: Mapping[str, Any]) -> None:
         """These entries into dvc.lock, as DVC's `Lockfile.dump_stages` writes them (its
@@ -400,6 +416,7 @@ class Repro:
         self._uncached: set[str] = set()  # --cluster: outputs kept out of the DVC cache
         self._lock = threading.Lock()
         self._t0: float | None = None
+        self._pull_s: float | None = None  # --cluster: the driver's pull of the outputs
 
     # -- engine
 
@@ -504,6 +521,7 @@ class Repro:
             finally:
                 try:
                     dvc.flush()  # what finished before an error in the loop keeps its entry
+                    self._pull_adopted(dvc)
                 finally:
                     dvc.order_lock(locked_before, steps)
                     self._write_timeline()
@@ -537,8 +555,6 @@ class Repro:
             for fut in [f for f in futures if f.done()]:
                 name = futures.pop(fut)
                 self._finished(dvc, by_name[name], fut)
-            if self.cluster:  # their outputs must be here before their dependents are prepared
-                self._flush(dvc)
             self._show()
         for st in self.states.values():
             if st.state == WAITING and self._stopping:
@@ -575,7 +591,12 @@ class Repro:
                 stage = by_name[name]
                 upstream = [by_name[u] for u in st.upstream]
                 try:
-                    decided = dvc.prepare(stage, upstream)
+                    if self.cluster and any(u.result is not None for u in ups):
+                        # an upstream ran on a worker: its outputs are on the remote, not here
+                        # (pulled at the end); the worker decides (unchanged, restored or run)
+                        decided = dvc.check_runnable(stage)
+                    else:
+                        decided = dvc.prepare(stage, upstream)
                 except Exception as e:  # noqa: BLE001 - a missing dependency, a DVC error
                     st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
                     st.ended = time.monotonic()
@@ -692,12 +713,18 @@ class Repro:
         path = self.root / ".lfbench" / "logs" / f"repro-{self.run_id}.json"
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"run": self.run_id, "stages": rows}, indent=1) + "\n")
+            doc = {"run": self.run_id, "stages": rows, "driver_pull_s": self._pull_s}
+            path.write_text(json.dumps(doc, indent=1) + "\n")
 
     def _flush(self, dvc: DvcSide) -> None:
-        for name in dvc.flush():
+        dvc.flush()
+
+    def _pull_adopted(self, dvc: DvcSide) -> None:
+        t0 = time.monotonic()
+        for name in dvc.pull_adopted():
             st = self.states[name]
             st.state, st.why = FAILED, "its outputs could not be pulled from the DVC remote"
+        self._pull_s = round(time.monotonic() - t0, 2)
 
     def _on_progress(self, event: Any) -> None:
         _, msg = event
