@@ -276,6 +276,8 @@ def test_a_cluster_of_two_workers_gives_the_same_bytes(setup: dict[str, Any]) ->
     assert served and max(served.values()) == 1
     runs = _current_runs(env["MLFLOW_TRACKING_URI"])
     assert runs and set(runs.values()) == {1}
+    # the aggregate on a worker read the stage digests the driver's dvc.lock had then
+    assert _lineage(env["MLFLOW_TRACKING_URI"]) == _lineage(setup["serial_uri"])
     # the runs belong to the driver's workspace (it retires what it no longer produces)
     from mlflow.tracking import MlflowClient
 
