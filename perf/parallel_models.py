@@ -141,6 +141,40 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     return round(time.monotonic() - t0, 1)
 
 
+def phases(proj: Path) -> dict[str, Any]:
+    """Where an `lfbench repro` run's time went, from its timeline (.lfbench/logs/repro-*.json):
+    per kind of stage (generate, judge, the rest) the first start and last end in seconds from
+    the run's start, the longest a ready stage waited for a slot, and the longest the driver
+    took to save a finished stage."""
+    logs = sorted(
+        (proj / ".lfbench" / "logs").glob("repro-*.json"), key=lambda p: p.stat().st_mtime
+    )
+    if not logs:
+        return {}
+    rows = [r for r in json.loads(logs[-1].read_text())["stages"] if r["started"] is not None]
+    out: dict[str, Any] = {}
+    for kind in ("generate", "judge", "aggregate"):
+        rs = [r for r in rows if f"-{kind}" in r["stage"]]
+        if rs:
+            out[kind] = {
+                "n": len(rs),
+                "first_start": min(r["started"] for r in rs),
+                "last_end": max(r["ended"] or 0 for r in rs),
+                "longest": max((r["ended"] or 0) - r["started"] for r in rs),
+            }
+    parts: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.get("phases") or {}).items():
+            parts[k] = round(parts.get(k, 0.0) + v, 1)
+    if parts:  # a cluster's stages: seconds summed over stages in each part of a worker's task
+        out["worker_parts"] = parts
+    out["max_wait_for_slot"] = max((r["started"] - r["ready"] for r in rows), default=0)
+    out["max_save_lag"] = max(
+        ((r["settled"] or r["ended"] or 0) - (r["ended"] or 0) for r in rows), default=0
+    )
+    return out
+
+
 def read_env(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
@@ -302,7 +336,7 @@ def main() -> None:
                 )
             }
             n, dup = served(servers, m)
-            runs["parallel"].update(requests=n, repeated=dup)
+            runs["parallel"].update(requests=n, repeated=dup, phases=phases(parallel))
             status = sh(["dvc", "status", *TARGETS], parallel, env)
             runs["parallel"]["dvc_status_clean"] = "up to date" in status
             if not args.skip_serial:
@@ -312,7 +346,12 @@ def main() -> None:
                 m = marks(servers)
                 c = run_cluster(work / "cluster", base, env, args)
                 n, dup = served(servers, m)
-                runs["cluster"] = {"seconds": c["seconds"], "requests": n, "repeated": dup}
+                runs["cluster"] = {
+                    "seconds": c["seconds"],
+                    "requests": n,
+                    "repeated": dup,
+                    "phases": phases(c["driver"]),
+                }
                 if not args.skip_serial:
                     runs["cluster"]["same_as_serial"] = compare(serial, c["driver"])
         out["runs"] = runs
@@ -344,6 +383,19 @@ def main() -> None:
             f"  {k:9} {r['seconds']:7.1f} s  x{r.get('speedup', 1.0):<5} "
             f"{r.get('requests')} requests ({r.get('repeated', 0)} repeated){same_txt}"
         )
+        for kind, ph in (r.get("phases") or {}).items():
+            if kind == "worker_parts":
+                print(
+                    "      worker parts (s, summed): "
+                    + ", ".join(f"{k} {v}" for k, v in ph.items())
+                )
+            elif isinstance(ph, dict):
+                print(
+                    f"      {kind:9} {ph['n']:3} stages  {ph['first_start']:6.1f} s -> "
+                    f"{ph['last_end']:6.1f} s  (longest {ph['longest']:.1f} s)"
+                )
+            else:
+                print(f"      {kind}: {ph:.1f} s")
 
 
 if __name__ == "__main__":

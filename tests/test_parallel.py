@@ -254,3 +254,74 @@ def test_a_cluster_worker_pulls_every_output_its_stage_reads() -> None:
     crux = set(_owners(repo, stages["crux-aggregate"]))
     assert "summhay-aggregate" in crux  # metrics/summhay.released.json
     assert not any(s.startswith("summhay-judge@lead") for s in crux)
+
+
+def test_a_worker_moves_only_its_stage_s_run_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster worker pushes and pulls the run-cache entry of the one stage it ran (DVC's
+    own `push/pull --run-cache` copies every entry of every stage, again on each call), and a
+    clone that pulled it restores the stage without running it."""
+    from dvc.repo import Repo, lock_repo
+
+    from pipeline.tools.cluster import pull_run_cache, push_run_cache
+
+    src = toy(tmp_path / "src", diamond())
+    remote = tmp_path / "remote"
+    run(["dvc", "remote", "add", "-d", "team", str(remote)], src)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], src)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(src), str(clone)], tmp_path)
+    run(["dvc", "repro"], src)
+    run(["dvc", "push"], src)
+
+    def stages(repo: Any) -> dict[str, Any]:
+        return {s.name: s for s in repo.index.stages}
+
+    monkeypatch.chdir(src)  # as a worker, in its clone
+    with Repo(str(src)) as repo, lock_repo(repo):
+        s = stages(repo)
+        assert push_run_cache(repo, s["a"]) == 1
+        assert push_run_cache(repo, s["a"]) == 0  # nothing sent twice
+        assert push_run_cache(repo, s["b"]) == 1
+    runs = remote / "runs"
+    assert len([p for p in runs.rglob("*") if p.is_file()]) == 2  # a's and b's, not c, d, e
+
+    lock = yaml.safe_load((src / "dvc.lock").read_text())
+    del lock["stages"]["b"]  # b is the stage the worker must run (or restore)
+    (clone / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    run(["dvc", "pull", "a"], clone)  # b's input
+    monkeypatch.chdir(clone)
+    with Repo(str(clone)) as repo, lock_repo(repo):
+        b = stages(repo)["b"]
+        b.save_deps()
+        assert pull_run_cache(repo, b) == 1
+        assert pull_run_cache(repo, b) == 0
+        local = Path(repo.stage_cache.cache_dir)
+        assert len([p for p in local.rglob("*") if p.is_file()]) == 1  # b's only
+        repo.stage_cache.restore(b, pull=True)
+    assert json.loads((clone / "out/b.json").read_text())["name"] == "b"
+    assert not (clone / "times.log").exists()  # restored, not run
+
+
+def test_stages_more_stages_wait_on_go_first(tmp_path: Path) -> None:
+    """With one slot, of the stages ready at once the one with more stages downstream starts
+    first: a (b, c and d wait on it) before e (nothing waits on it), though e comes first in
+    dvc.yaml."""
+    from pipeline.tools.parallel import StageState, _count_downstream
+
+    states = {
+        n: StageState(n, i, up, 1)
+        for i, (n, up) in enumerate(
+            [("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]), ("e", [])]
+        )
+    }
+    _count_downstream(states)
+    assert {n: s.priority for n, s in states.items()} == {"a": 3, "b": 1, "c": 1, "d": 0, "e": 0}
+
+    pipeline = diamond()
+    pipeline["stages"] = {"e": pipeline["stages"].pop("e"), **pipeline["stages"]}  # e first
+    proj = toy(tmp_path / "p", pipeline, cfg={"sleep": {n: 0.3 for n in "abcde"}})
+    run(["lfbench", "repro", "--jobs", "1"], proj)
+    t = times(proj)
+    assert t["a"]["start"] < t["e"]["start"]

@@ -25,13 +25,18 @@ ENV_IMAGE_RECIPE = "LFBENCH_IMAGE_RECIPE"
 ENV_CONTAINER_ID = "LFBENCH_CONTAINER_ID"
 
 
+def load_yaml_text(text: str) -> Any:
+    """YAML with libyaml's parser where PyYAML has it (dvc.lock grows to hundreds of kB)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _not_dirt(root: Path) -> list[str]:
     """Pathspecs of what a `dvc repro` itself rewrites (dvc.lock, the .gitignore files DVC keeps
     beside its outputs, and every declared output, e.g. the git-tracked metrics files DVC deletes
     before re-running a stage): changes there do not make the code or the configuration dirty."""
     specs = [":!dvc.lock", ":(exclude,glob)**/.gitignore"]
     try:
-        stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
+        stages = load_yaml_text((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
         stages = stages.get("stages") or {}
     except (OSError, yaml.YAMLError):
         return specs
@@ -106,7 +111,7 @@ def dvc_lock_entry(root: Path, stage: str) -> dict[str, Any] | None:
     version = (st.st_mtime_ns, st.st_size)
     cached = _LOCKS.get(lock)
     if cached is None or cached[0] != version:
-        data = yaml.safe_load(lock.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(lock.read_text(encoding="utf-8")) or {}
         cached = (version, data.get("stages") or {})
         _LOCKS[lock] = cached
     entry = cached[1].get(stage)
@@ -123,7 +128,7 @@ def dvc_file_md5(path: Path) -> str | None:
     """The md5 a .dvc file records for its (single) output, e.g. data.dvc -> data/."""
     if not path.exists():
         return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
     outs = data.get("outs") or []
     return str(outs[0]["md5"]) if outs and "md5" in outs[0] else None
 

@@ -52,6 +52,7 @@ container's sync writes one run in seconds, not an hour).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -320,6 +321,10 @@ class RunSpec:
     counters: Mapping[str, float] = field(default_factory=dict)
 
 
+# rows logged side by side to a tracking server or database (a SQLite file takes one writer)
+SYNC_THREADS = 8
+
+
 def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str) -> SyncReport:
     """Make the experiment's current runs of `producer` in this workspace match `specs` (create,
     skip or supersede; retire the rows it no longer produces; heal what a killed sync left)."""
@@ -335,7 +340,8 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str
         client, exp_id = _open(root, experiment)
         abandoned = _clean_abandoned(client, exp_id, locked=uri.startswith("sqlite:///"))
         current = _of(producer, _current_runs(client, exp_id))
-        report = _sync(client, exp_id, specs, current, producer, workspace)
+        threads = 1 if uri.startswith("sqlite:") else SYNC_THREADS
+        report = _sync(client, exp_id, specs, current, producer, workspace, threads)
         report.abandoned = abandoned
         if report.created:
             current = _of(producer, _current_runs(client, exp_id))  # and a concurrent sync's
@@ -358,127 +364,158 @@ def _sync(
     current: Sequence[Any],
     producer: str,
     workspace: str,
+    threads: int = 1,
 ) -> SyncReport:
-    from mlflow.entities import Metric, Param, RunTag
-
     by_row: dict[str, list[Any]] = {}
     for run in current:
         by_row.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
-    report = SyncReport()
     retired: dict[str, list[Any]] = {}
     if any(s.row_key not in by_row for s in specs):  # a row back: is its retired run the same?
         for run in _retired_runs(client, exp_id, producer):
             retired.setdefault(run.data.tags.get(ROW_KEY, ""), []).append(run)
-    for spec in specs:
-        fp = fingerprint(spec.metrics, spec.tags)
-        old, same = _match(by_row.get(spec.row_key, []), fp, spec)
-        revive = False
-        if old is None:
-            old, revive = _revivable(retired.get(spec.row_key, []), fp, spec)
-        if old is not None and (same or revive):
-            recorded = old.data.tags
-            updates = {
-                f"{k}.latest": v
-                for k, v in spec.tags.items()
-                if bookkeeping(k) and recorded.get(f"{k}.latest", recorded.get(k, v)) != v
-            }
-            if updates:
-                report.retagged += 1
-            if old.data.tags.get(FINGERPRINT) != fp:  # logged under an older fingerprint rule
-                updates[FINGERPRINT] = fp
-                updates |= {k: v for k, v in spec.tags.items() if k not in recorded}
-            owner = {PRODUCER: producer, WORKSPACE: workspace}
-            if any(old.data.tags.get(k) != v for k, v in owner.items()):
-                updates |= owner
-                report.adopted += 1
-            if updates:
-                # Same result: record where it was last re-made, and who owns it now.
-                client.log_batch(
-                    old.info.run_id, tags=[RunTag(k, v) for k, v in sorted(updates.items())]
-                )
-            added = {k: v for k, v in spec.params.items() if k not in old.data.params}
-            if added:
-                # Same result, params a newer lfbench shows (e.g. the sampling settings)
-                client.log_batch(
-                    old.info.run_id, params=[Param(k, v) for k, v in sorted(added.items())]
-                )
-            recount = {
-                k: float(v) for k, v in spec.counters.items() if old.data.metrics.get(k) != float(v)
-            }
-            if recount:
-                # Same result, made again (its stage re-ran): its latest usage, in the same run.
-                now = int(time.time() * 1000)
-                client.log_batch(
-                    old.info.run_id,
-                    metrics=[Metric(k, v, now, 0) for k, v in sorted(recount.items())],
-                )
-                report.recounted += 1
-            refresh = {
-                k: spec.tags[k]
-                for k in _REFRESHED
-                if k in spec.tags and old.data.tags.get(k) != spec.tags[k]
-            }
-            if refresh:
-                # Same result, new plots (another row of the plot changed): overwrite them.
-                binary = {n: b for n, b in spec.artifacts.items() if isinstance(b, bytes)}
-                _log_artifacts(client, old.info.run_id, binary)
-                client.log_batch(old.info.run_id, tags=[RunTag(k, v) for k, v in refresh.items()])
-                report.refreshed += 1
-            if revive:
-                # Its row is produced again with the same result: the retired run is current.
-                _set_tag(client, old.info.run_id, RETIRED, "false")
-                _delete_tag(client, old.info.run_id, SUPERSEDED_BY)
-                _set_tag(client, old.info.run_id, CURRENT, "true")
-                report.revived += 1
-            else:
-                report.skipped += 1
-            continue
-        tags = {
-            **spec.tags,
-            ROW_KEY: spec.row_key,
-            FINGERPRINT: fp,
-            PRODUCER: producer,
-            WORKSPACE: workspace,
-            CURRENT: "pending",  # "true" once complete: a crash leaves no half-made current run
-            WRITER: _writer(),  # a later sync deletes the run if this process stops before
-            "mlflow.runName": spec.name,
+
+    def one(spec: RunSpec) -> SyncReport:
+        return _sync_one(client, exp_id, spec, by_row, retired, producer, workspace)
+
+    if threads <= 1 or len(specs) < 2:
+        parts = [one(spec) for spec in specs]
+    else:
+        # a tracking server (or database) takes the rows' runs side by side: each run is several
+        # round trips (create, log, upload, finish), seconds a row over a busy network
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            parts = list(pool.map(one, specs))
+    report = SyncReport()
+    for part in parts:
+        for f in dataclasses.fields(SyncReport):
+            setattr(report, f.name, getattr(report, f.name) + getattr(part, f.name))
+    return report
+
+
+def _sync_one(
+    client: Any,
+    exp_id: str,
+    spec: RunSpec,
+    by_row: Mapping[str, list[Any]],
+    retired: Mapping[str, list[Any]],
+    producer: str,
+    workspace: str,
+) -> SyncReport:
+    """One row: its current run kept (updated in place) or a new run made (the old one
+    superseded). Touches only this row's runs."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    report = SyncReport()
+    fp = fingerprint(spec.metrics, spec.tags)
+    old, same = _match(by_row.get(spec.row_key, []), fp, spec)
+    revive = False
+    if old is None:
+        old, revive = _revivable(retired.get(spec.row_key, []), fp, spec)
+    if old is not None and (same or revive):
+        recorded = old.data.tags
+        updates = {
+            f"{k}.latest": v
+            for k, v in spec.tags.items()
+            if bookkeeping(k) and recorded.get(f"{k}.latest", recorded.get(k, v)) != v
         }
-        # MLflow's own source tags (the UI's Source column and commit link)
-        if "git.commit" in spec.tags:
-            tags["mlflow.source.git.commit"] = spec.tags["git.commit"]
-        tags.setdefault("mlflow.source.name", spec.tags.get("dvc.stage", "lfbench"))
-        tags.setdefault("mlflow.source.type", "PROJECT")
-        run = client.create_run(exp_id, tags=tags, run_name=spec.name)
-        run_id = run.info.run_id
-        now = int(time.time() * 1000)
-        client.log_batch(
-            run_id,
-            metrics=[
-                Metric(k, float(v), now, 0)
-                for k, v in sorted({**spec.counters, **spec.metrics}.items())
-            ],
-            params=[Param(k, v) for k, v in sorted(spec.params.items())],
-        )
-        if spec.dataset is not None:
-            _log_dataset(client, run_id, spec.dataset)
-        _log_artifacts(
-            client,
-            run_id,
-            {**spec.artifacts, **{f.name: f.read_bytes() for f in spec.files}},
-        )
-        client.set_terminated(run_id, "FINISHED")
-        client.set_tag(run_id, CURRENT, "true")
-        report.created += 1
-        for prior in by_row.get(spec.row_key, []):
-            _set_tag(client, prior.info.run_id, CURRENT, "false")
-            _set_tag(client, prior.info.run_id, SUPERSEDED_BY, run_id)
-            report.superseded += 1
-            t = prior.data.tags
-            audited = t.get("audit.sample") or t.get("audit.samples") or t.get(AUDIT_PENDING)
-            if audited:
-                # its audit stays with it; `lfbench audit score` checks that the labels still
-                # apply (same judge, same outputs) and computes it on this run
-                _set_tag(client, run_id, AUDIT_PENDING, audited)
+        if updates:
+            report.retagged += 1
+        if old.data.tags.get(FINGERPRINT) != fp:  # logged under an older fingerprint rule
+            updates[FINGERPRINT] = fp
+            updates |= {k: v for k, v in spec.tags.items() if k not in recorded}
+        owner = {PRODUCER: producer, WORKSPACE: workspace}
+        if any(old.data.tags.get(k) != v for k, v in owner.items()):
+            updates |= owner
+            report.adopted += 1
+        if updates:
+            # Same result: record where it was last re-made, and who owns it now.
+            client.log_batch(
+                old.info.run_id, tags=[RunTag(k, v) for k, v in sorted(updates.items())]
+            )
+        added = {k: v for k, v in spec.params.items() if k not in old.data.params}
+        if added:
+            # Same result, params a newer lfbench shows (e.g. the sampling settings)
+            client.log_batch(
+                old.info.run_id, params=[Param(k, v) for k, v in sorted(added.items())]
+            )
+        recount = {
+            k: float(v) for k, v in spec.counters.items() if old.data.metrics.get(k) != float(v)
+        }
+        if recount:
+            # Same result, made again (its stage re-ran): its latest usage, in the same run.
+            now = int(time.time() * 1000)
+            client.log_batch(
+                old.info.run_id,
+                metrics=[Metric(k, v, now, 0) for k, v in sorted(recount.items())],
+            )
+            report.recounted += 1
+        refresh = {
+            k: spec.tags[k]
+            for k in _REFRESHED
+            if k in spec.tags and old.data.tags.get(k) != spec.tags[k]
+        }
+        if refresh:
+            # Same result, new plots (another row of the plot changed): overwrite them.
+            binary = {n: b for n, b in spec.artifacts.items() if isinstance(b, bytes)}
+            _log_artifacts(client, old.info.run_id, binary)
+            client.log_batch(old.info.run_id, tags=[RunTag(k, v) for k, v in refresh.items()])
+            report.refreshed += 1
+        if revive:
+            # Its row is produced again with the same result: the retired run is current.
+            _set_tag(client, old.info.run_id, RETIRED, "false")
+            _delete_tag(client, old.info.run_id, SUPERSEDED_BY)
+            _set_tag(client, old.info.run_id, CURRENT, "true")
+            report.revived += 1
+        else:
+            report.skipped += 1
+        return report
+    tags = {
+        **spec.tags,
+        ROW_KEY: spec.row_key,
+        FINGERPRINT: fp,
+        PRODUCER: producer,
+        WORKSPACE: workspace,
+        CURRENT: "pending",  # "true" once complete: a crash leaves no half-made current run
+        WRITER: _writer(),  # a later sync deletes the run if this process stops before
+        "mlflow.runName": spec.name,
+    }
+    # MLflow's own source tags (the UI's Source column and commit link)
+    if "git.commit" in spec.tags:
+        tags["mlflow.source.git.commit"] = spec.tags["git.commit"]
+    tags.setdefault("mlflow.source.name", spec.tags.get("dvc.stage", "lfbench"))
+    tags.setdefault("mlflow.source.type", "PROJECT")
+    run = client.create_run(exp_id, tags=tags, run_name=spec.name)
+    run_id = run.info.run_id
+    now = int(time.time() * 1000)
+    client.log_batch(
+        run_id,
+        metrics=[
+            Metric(k, float(v), now, 0)
+            for k, v in sorted({**spec.counters, **spec.metrics}.items())
+        ],
+        params=[Param(k, v) for k, v in sorted(spec.params.items())],
+    )
+    if spec.dataset is not None:
+        _log_dataset(client, run_id, spec.dataset)
+    _log_artifacts(
+        client,
+        run_id,
+        {**spec.artifacts, **{f.name: f.read_bytes() for f in spec.files}},
+    )
+    client.set_terminated(run_id, "FINISHED")
+    client.set_tag(run_id, CURRENT, "true")
+    report.created += 1
+    for prior in by_row.get(spec.row_key, []):
+        _set_tag(client, prior.info.run_id, CURRENT, "false")
+        _set_tag(client, prior.info.run_id, SUPERSEDED_BY, run_id)
+        report.superseded += 1
+        t = prior.data.tags
+        audited = t.get("audit.sample") or t.get("audit.samples") or t.get(AUDIT_PENDING)
+        if audited:
+            # its audit stays with it; `lfbench audit score` checks that the labels still
+            # apply (same judge, same outputs) and computes it on this run
+            _set_tag(client, run_id, AUDIT_PENDING, audited)
     return report
 
 

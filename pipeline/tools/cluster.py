@@ -21,6 +21,7 @@ same DVC remote, MLflow server and response cache (compared with credentials mas
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import threading
@@ -32,6 +33,7 @@ from typing import Any
 from pipeline.core.errors import LfbenchError
 from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
 
+logger = logging.getLogger(__name__)
 ENV_CLONE = "LFBENCH_WORKER_CLONE"
 # the files of the driver's workspace a worker's clone takes as they are (the pipeline's
 # definition, and the lock with the stages finished so far)
@@ -61,7 +63,21 @@ def identity(root: Path) -> dict[str, Any]:
     }
 
 
+_REMOTES: dict[tuple[str, tuple[int, ...]], str | None] = {}
+
+
 def _dvc_remote(root: Path) -> str | None:
+    """The default DVC remote's URL (credentials masked), as `dvc config` gives it (DVC's
+    config levels merged); kept per clone until one of its config files changes (asking DVC
+    costs two CLI starts, seconds a stage on a busy worker)."""
+    files = [root / ".dvc" / "config", root / ".dvc" / "config.local"]
+    key = (str(root), tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files))
+    if key not in _REMOTES:
+        _REMOTES[key] = _ask_dvc_remote(root)
+    return _REMOTES[key]
+
+
+def _ask_dvc_remote(root: Path) -> str | None:
     proc = subprocess.run(
         ["dvc", "remote", "default"], cwd=root, capture_output=True, text=True, check=False
     )
@@ -129,6 +145,20 @@ def _clone_lock(clone: Path) -> Iterator[Any]:
             repo.close()
 
 
+def _stale(repo: Any, targets: list[str]) -> list[str]:
+    """Of these stages and .dvc files, those whose outputs in this clone are not the ones the
+    lock says (missing or different): only they are pulled (a `dvc pull` of all of them asks
+    the remote and walks every file again, seconds a stage)."""
+    by_name = {s.addressing: s for s in repo.index.stages}
+    stale = []
+    for target in targets:
+        owner = by_name.get(target)
+        outs = owner.outs if owner is not None else []
+        if owner is None or any(not o.hash_info or o.workspace_status() for o in outs):
+            stale.append(target)
+    return stale
+
+
 def _owners(repo: Any, stage: Any) -> list[str]:
     """The DVC targets (stages, .dvc files) whose outputs `stage` depends on."""
     owners: list[str] = []
@@ -160,7 +190,16 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
     payload = spec.cluster
     log = log_path(clone, spec.stage)
     log.unlink(missing_ok=True)
+    phases: dict[str, float] = {}
+    mark = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - mark[0], 2)
+        mark[0] = now
+
     with _clone_lock(clone) as repo:
+        lap("wait")
         mine = identity(clone)
         if mine["commit"] != payload["commit"]:
             return TaskResult(
@@ -185,27 +224,44 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             # stages read data/ but depend on data.sources.yaml (its pins, checked by the stage):
             # the clone's data/ is the one data.dvc records, from the remote if it is not here
             owners.append("data.dvc")
-        if owners:
-            repo.pull(targets=owners)
-        with contextlib.suppress(Exception):  # the remote may hold no run cache yet
-            repo.stage_cache.pull(None)
+        lap("load")
+        stale = _stale(repo, owners)
+        if stale:
+            repo.pull(targets=stale)
+        lap("pull")
         how = "ran"
         if not stage.changed():
             how = "unchanged"
         else:
             stage.remove_outs(ignore_remove=False, force=False)
+            stage.save_deps()
+            try:
+                pull_run_cache(repo, stage)
+            except Exception as e:  # noqa: BLE001 - then the stage runs: say why
+                logger.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
             try:
                 repo.stage_cache.restore(stage, pull=True)
                 how = "restored"
             except RunCacheNotFoundError:
-                stage.save_deps()
+                pass
+        lap("restore")
     rc, stopped = 0, False
     if how == "ran":
         env = {**os.environ, **spec.env, "DVC_ROOT": str(clone), "DVC_STAGE": spec.stage}
         rc, stopped = run_commands(spec, clone, log, env)
+        lap("run")
         if rc != 0:
-            return TaskResult(spec.stage, rc, host, str(log), time.monotonic() - started, stopped)
+            return TaskResult(
+                spec.stage,
+                rc,
+                host,
+                str(log),
+                time.monotonic() - started,
+                stopped,
+                phases=phases,
+            )
     with _clone_lock(clone) as repo:
+        lap("wait")
         stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
         if how != "unchanged":
             no_cache_outs = any(
@@ -213,17 +269,26 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             )
             stage.save(allow_missing=False, run_cache=not no_cache_outs)
             stage.commit(allow_missing=False)
-            stage.dump(update_pipeline=False)  # push reads the outputs' hashes from dvc.lock
-            repo._reset()
-        repo.push(targets=[spec.stage])
-        with contextlib.suppress(Exception):
-            repo.stage_cache.push(None)
+        lap("save")
+        # the stage's cached outputs, by their hashes (DVC's `push <stage>` would first need
+        # the entry in this clone's dvc.lock and the whole index rebuilt)
+        for objs in stage.get_used_objs(push=True).values():
+            pushed = repo.cloud.push(objs)
+            if pushed.failed:
+                raise LfbenchError(
+                    f"stage {spec.stage}: {len(pushed.failed)} outputs not pushed to the remote"
+                )
+        try:
+            push_run_cache(repo, stage)
+        except Exception as e:  # noqa: BLE001 - the outputs are pushed: a warning, not a failure
+            logger.warning("stage %s: pushing its run-cache entry: %s", spec.stage, e)
         entry = to_single_stage_lockfile(stage)
         files = {
             str(Path(out.fs_path).relative_to(clone)): Path(out.fs_path).read_bytes()
             for out in stage.outs
             if not out.use_cache and Path(out.fs_path).is_file()
         }
+        lap("push")
     return TaskResult(
         spec.stage,
         0,
@@ -234,6 +299,7 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
         lock_entry=_plain(entry),
         files=files,
         how=how,
+        phases=phases,
     )
 
 
@@ -244,6 +310,57 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_plain(v) for v in obj]
     return obj
+
+
+def _run_cache_dirs(repo: Any, stage: Any) -> tuple[Any, str, Path] | None:
+    """The remote's ODB, and the remote and local folders of `stage`'s run-cache entries (its
+    dependencies hashed), or None when DVC cannot key the stage (no run cache for it)."""
+    from dvc.stage.cache import _can_hash, _get_stage_hash
+
+    if not _can_hash(stage):
+        return None
+    key = _get_stage_hash(stage)
+    odb = repo.cloud.get_remote_odb(None, "run cache", hash_name="md5-dos2unix")
+    remote = odb.fs.join(odb.path, "runs", key[:2], key)
+    return odb, remote, Path(repo.stage_cache._get_cache_dir(key))
+
+
+def pull_run_cache(repo: Any, stage: Any) -> int:
+    """The remote's run-cache entries of this one stage (`dvc pull --run-cache` copies every
+    entry of every stage, each time). Returns the number copied."""
+    from dvc.fs import LocalFileSystem, generic
+
+    where = _run_cache_dirs(repo, stage)
+    if where is None:
+        return 0
+    odb, remote, local = where
+    if not odb.fs.exists(remote):
+        return 0
+    n = 0
+    for src in odb.fs.find(remote):
+        dst = local / odb.fs.name(src)
+        if not dst.exists():
+            local.mkdir(parents=True, exist_ok=True)
+            generic.copy(odb.fs, src, LocalFileSystem(), str(dst))
+            n += 1
+    return n
+
+
+def push_run_cache(repo: Any, stage: Any) -> int:
+    """This one stage's run-cache entries not on the remote yet."""
+    from dvc.fs import LocalFileSystem, generic
+
+    where = _run_cache_dirs(repo, stage)
+    if where is None or not where[2].is_dir():
+        return 0
+    odb, remote, local = where
+    have = {odb.fs.name(p) for p in odb.fs.find(remote)} if odb.fs.exists(remote) else set()
+    n = 0
+    for path in sorted(local.iterdir()):
+        if path.name not in have:
+            generic.copy(LocalFileSystem(), str(path), odb.fs, odb.fs.join(remote, path.name))
+            n += 1
+    return n
 
 
 # ---------------------------------------------------------------- the worker process

@@ -34,6 +34,7 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -83,8 +84,13 @@ class StageState:
     upstream: list[str]
     cores: int
     state: str = WAITING
+    # of the stages ready at once, those more stages wait on go first (Dask's priority): here
+    # the count of stages downstream of it in this run
+    priority: int = 0
+    ready: float | None = None  # its upstream stages all finished
     started: float | None = None
     ended: float | None = None
+    settled: float | None = None  # the driver saved its outputs (its dependents may start)
     progress: dict[str, Any] = field(default_factory=dict)
     result: TaskResult | None = None
     why: str = ""  # failed / skipped: the reason
@@ -145,6 +151,13 @@ class DvcSide:
         self.repo = repo
         self.force = force
         self.remote = remote  # the stages run in workers' clones (--cluster)
+        # finished stages whose dvc.lock entries are not written yet: `flush` writes them in one
+        # rewrite of dvc.lock (DVC rewrites the whole file per stage, about a second for 100 kB)
+        self.pending: list[Any] = []
+        self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write
+        self.to_pull: list[str] = []  # --cluster: stages whose outputs are pulled at the end
+        self._lock_doc: Any = None  # dvc.lock as last written (DVC's round-trip YAML)
+        self._lock_sig: tuple[int, int, int] | None = None
 
     def prepare(self, stage: Any, upstream: list[Any]) -> str:
         """Before the command: UNCHANGED (nothing to do), RESTORED (from the run cache, saved,
@@ -171,10 +184,14 @@ class DvcSide:
             stage.save_deps()
         return RUNNING
 
+    def check_runnable(self, stage: Any) -> str:
+        if stage.frozen or not stage.cmd:
+            raise ConfigError(f"stage {stage.addressing}: frozen or without a command")
+        return RUNNING
+
     def adopt(self, name: str, entry: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
         """A stage a worker ran (--cluster): its uncached outputs as they came, its dvc.lock
         entry, and its cached outputs pulled from the remote into this workspace."""
-        from dvc.utils.serialize import modify_yaml
 
         root = Path(self.repo.root_dir)
         for rel, data in files.items():
@@ -183,21 +200,98 @@ class DvcSide:
                 raise LfbenchError(f"stage {name}: a worker sent {rel}, outside the workspace")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        with modify_yaml(str(root / "dvc.lock"), fs=self.repo.fs) as data:
-            data.update({"schema": "2.0"} if "schema" not in data else {})
-            data.setdefault("stages", {})
-            data["stages"][name] = dict(entry[name]) if name in entry else dict(entry)
-        self.repo._reset()
-        self.repo.pull(targets=[name])
+        self.adopted[name] = dict(entry[name]) if name in entry else dict(entry)
 
     def finish(self, stage: Any) -> None:
-        """After a successful command (or a restore): what `Stage.run` does next, and the dump."""
+        """After a successful command (or a restore): what `Stage.run` does next. Its dvc.lock
+        entry is written by the next `flush`."""
         no_cache_outs = any(
             not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
         )
         stage.save(allow_missing=False, run_cache=not no_cache_outs)
         stage.commit(allow_missing=False)
-        stage.dump(update_pipeline=False)
+        self.pending.append(stage)
+
+    def flush(self) -> None:
+        """Write the dvc.lock entries of the stages finished since the last flush (and, on a
+        cluster, adopted from workers) in one rewrite of the file."""
+        from dvc.stage.serialize import to_lockfile
+
+        root_file = str(Path(self.repo.root_dir) / "dvc.yaml")
+        if self.pending:
+            mine = [s for s in self.pending if s.dvcfile.path == root_file]
+            others: dict[str, list[Any]] = {}
+            for stage in self.pending:
+                if stage.dvcfile.path != root_file:  # a dvc.yaml in a subfolder: DVC writes it
+                    others.setdefault(stage.dvcfile.path, []).append(stage)
+            for stages in others.values():
+                stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
+            entries: dict[str, Any] = {}
+            for stage in mine:
+                entries.update(to_lockfile(stage))
+            self._write_lock(entries)
+            self.pending = []
+        if self.adopted:
+            adopted, self.adopted = self.adopted, {}
+            self._write_lock(adopted)
+            self.to_pull += list(adopted)
+
+    def pull_adopted(self) -> list[str]:
+        """--cluster: the outputs of the stages workers ran so far, pulled from the remote into
+        this workspace: their objects by hash in one transfer, then each stage checked out (as
+        DVC's run-cache restore does; `dvc pull <stages>` builds an index per target, tens of
+        seconds for fifty stages). Returns the names of stages whose outputs could not be
+        pulled."""
+        names, self.to_pull = self.to_pull, []
+        if not names:
+            return []
+        self.repo._reset()  # the stages as their adopted dvc.lock entries say
+        stages = {s.addressing: s for s in self.repo.index.stages}
+        objs: set[Any] = set()
+        for name in names:
+            for used in stages[name].get_used_objs().values():
+                objs |= used
+        failed: list[str] = []
+        try:
+            got = self.repo.cloud.pull(objs)
+            missing = len(got.failed)
+        except Exception as e:  # noqa: BLE001 - a remote error: each stage's checkout says
+            log.error("pulling from the DVC remote: %s", e)
+            missing = 0
+        for name in names:
+            try:
+                stages[name].checkout()
+            except Exception as e:  # noqa: BLE001 - its objects are not in the cache
+                log.error("stage %s: checking out its outputs: %s", name, e)
+                failed.append(name)
+        if missing and not failed:
+            log.warning("%d objects not pulled, though every stage checked out", missing)
+        return failed
+
+    def _write_lock(self, entries: Mapping[str, Any]) -> None:
+        """These entries into dvc.lock, as DVC's `Lockfile.dump_stages` writes them (its
+        round-trip YAML, entries updated in place or appended). The parsed file is kept between
+        writes while nobody else changed it: parsing a 200-kB dvc.lock takes DVC longer than
+        writing it."""
+        from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
+
+        if not entries:
+            return
+        path = Path(self.repo.root_dir) / "dvc.lock"
+        data = self._lock_doc if self._lock_doc and self._lock_sig == _file_sig(path) else None
+        if data is None:
+            data = parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}
+            data = data or {}
+        if not data:
+            data.update({"schema": "2.0"})
+            log.info("Generating lock file 'dvc.lock'")
+        data["stages"] = data.get("stages", {})
+        changed = any(data["stages"].get(k, {}) != v for k, v in entries.items())
+        data["stages"].update(entries)
+        dump_yaml(str(path), data, fs=self.repo.fs)
+        self._lock_doc, self._lock_sig = data, _file_sig(path)
+        if changed:
+            self.repo.scm_context.track_file("dvc.lock")
 
     def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
         """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
@@ -217,20 +311,24 @@ class DvcSide:
 
     def order_lock(self, before: Sequence[str], stages: Sequence[Any]) -> None:
         """Entries new to dvc.lock in `declared` order; entries that were there keep their
-        places (as under `dvc repro`, which updates them in place)."""
-        from dvc.utils.serialize import modify_yaml
+        places (as under `dvc repro`, which updates them in place). The file is rewritten only
+        when the order differs."""
+        from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
 
         path = Path(self.repo.root_dir) / "dvc.lock"
         if not path.exists():
             return
         rank = {s.addressing: i for i, s in enumerate(declared(self.repo, stages))}
-        with modify_yaml(str(path), fs=self.repo.fs) as data:
-            entries = data.get("stages") or {}
-            new = [k for k in entries if k not in set(before)]
-            want = sorted(new, key=lambda k: rank.get(k, len(rank)))
-            if new != want:
-                for k in want:
-                    entries[k] = entries.pop(k)
+        fresh = self._lock_doc is not None and self._lock_sig == _file_sig(path)
+        data = self._lock_doc if fresh else parse_yaml_for_update(path.read_text(), str(path))
+        entries = (data or {}).get("stages") or {}
+        new = [k for k in entries if k not in set(before)]
+        want = sorted(new, key=lambda k: rank.get(k, len(rank)))
+        if new != want:
+            for k in want:
+                entries[k] = entries.pop(k)
+            dump_yaml(str(path), data, fs=self.repo.fs)
+            self._lock_doc, self._lock_sig = data, _file_sig(path)
 
 
 def declared(repo: Any, stages: Sequence[Any]) -> list[Any]:
@@ -327,6 +425,9 @@ class Repro:
         self._commit = ""  # --cluster: the commit workers must be at
         self._uncached: set[str] = set()  # --cluster: outputs kept out of the DVC cache
         self._lock = threading.Lock()
+        self._t0: float | None = None
+        self._pull_s: float | None = None  # --cluster: the driver's pulls of the outputs
+        self._pull_last_s: float | None = None  # of which the one after the last stage
 
     # -- engine
 
@@ -357,9 +458,11 @@ class Repro:
             repo.push()
         except Exception as e:  # noqa: BLE001 - outputs not made yet are reported, not fatal
             log.debug("push before the cluster run: %s", e)
-        with contextlib.suppress(Exception):
-            repo.stage_cache.push(None)
-            repo.stage_cache.pull(None)
+        with contextlib.suppress(Exception):  # the keys the other side lacks (DVC's own
+            # push and pull of the run cache copy every entry again, each time)
+            odb = repo.cloud.get_remote_odb(None, "run cache", hash_name="md5-dos2unix")
+            repo.stage_cache.transfer(repo.cache.legacy, odb, force=False)
+            repo.stage_cache.transfer(odb, repo.cache.legacy, force=False)
 
     def _start_engine(self, stack: contextlib.ExitStack) -> Any:
         """Dask: a local cluster in this process, or the `--cluster` scheduler. Started when the
@@ -401,6 +504,7 @@ class Repro:
 
         if logging.getLogger().level > logging.DEBUG:  # the live view says what DVC would
             logging.getLogger("dvc").setLevel(logging.WARNING)
+        self._t0 = time.monotonic()
         repo = Repo(str(self.root))
         with lock_repo(repo), repo.scm_context(quiet=True):
             prune(repo)
@@ -416,6 +520,7 @@ class Repro:
                 self.states[s.addressing] = StageState(
                     s.addressing, i, up, stage_cores(s, params, ncpu)
                 )
+            _count_downstream(self.states)
             locked_before = _lock_names(self.root)
             dvc = DvcSide(repo, force=self.force, remote=bool(self.cluster))
             if self.cluster:
@@ -425,7 +530,12 @@ class Repro:
                 with contextlib.ExitStack() as stack, self._signals():
                     self._loop(stack, dvc, by_name)
             finally:
-                dvc.order_lock(locked_before, steps)
+                try:
+                    dvc.flush()  # what finished before an error in the loop keeps its entry
+                    self._pull_adopted(dvc)
+                finally:
+                    dvc.order_lock(locked_before, steps)
+                    self._write_timeline()
                 forget(self.root, f"repro-{self.run_id}")
         return ReproResult(self.states, interrupted=self._stopping > 0)
 
@@ -446,15 +556,21 @@ class Repro:
                 signalled += 1
             if not self._stopping:
                 self._start_ready(client, dvc, by_name, futures)
+            self._flush(dvc)  # what finished while nothing new could start
             if not futures:
                 break
             from distributed import wait
 
             with contextlib.suppress(TimeoutError):
                 wait(list(futures), timeout=0.5, return_when="FIRST_COMPLETED")
-            for fut in [f for f in futures if f.done()]:
+            done = [f for f in futures if f.done()]
+            for fut in done:
                 name = futures.pop(fut)
                 self._finished(dvc, by_name[name], fut)
+            if not done and dvc.to_pull:
+                # --cluster, nothing finished for a while: pull what the workers made so far
+                # now rather than all at the end
+                self._pull_adopted(dvc)
             self._show()
         for st in self.states.values():
             if st.state == WAITING and self._stopping:
@@ -471,7 +587,9 @@ class Repro:
         progressed = True
         while progressed:  # a stage found unchanged may make the next one ready
             progressed = False
-            for name, st in sorted(self.states.items(), key=lambda kv: kv[1].index):
+            for name, st in sorted(
+                self.states.items(), key=lambda kv: (-kv[1].priority, kv[1].index)
+            ):
                 if st.state != WAITING:
                     continue
                 ups = [self.states[u] for u in st.upstream]
@@ -485,10 +603,16 @@ class Repro:
                     continue
                 if any(u.state not in FINISHED for u in ups):
                     continue
+                st.ready = st.ready or time.monotonic()
                 stage = by_name[name]
                 upstream = [by_name[u] for u in st.upstream]
                 try:
-                    decided = dvc.prepare(stage, upstream)
+                    if self.cluster and any(u.result is not None for u in ups):
+                        # an upstream ran on a worker: its outputs are on the remote, not here
+                        # (pulled at the end); the worker decides (unchanged, restored or run)
+                        decided = dvc.check_runnable(stage)
+                    else:
+                        decided = dvc.prepare(stage, upstream)
                 except Exception as e:  # noqa: BLE001 - a missing dependency, a DVC error
                     st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
                     st.ended = time.monotonic()
@@ -498,12 +622,17 @@ class Repro:
                     st.state = decided
                     progressed = True
                     continue
+                # its upstream's dvc.lock entries first: a serial run has written them when a
+                # stage starts, and aggregates read them (each MLflow run's stage digests);
+                # the entries of all stages finished meanwhile go in one rewrite of the file
+                self._flush(dvc)
                 st.state, st.started = RUNNING, time.monotonic()
                 fut = client().submit(
                     run_stage,
                     self._spec(stage, st),
                     key=f"lfbench-{self.run_id}-{name}",
                     pure=False,
+                    priority=st.priority,
                     resources={"cores": st.cores} if st.cores else None,
                 )
                 futures[fut] = name
@@ -570,6 +699,55 @@ class Repro:
             st.state, st.why = FAILED, f"{type(e).__name__}: {e}"
             return
         st.state = DONE if res.how == "ran" else RESTORED if res.how == "restored" else UNCHANGED
+        st.settled = time.monotonic()
+
+    def _write_timeline(self) -> None:
+        """`.lfbench/logs/repro-<run>.json`: each stage's state and when (seconds from the
+        start) it became ready, started, ended and was saved by the driver: where the time
+        went (`perf/parallel_models.py` reads it)."""
+        t0 = self._t0
+        if t0 is None:
+            return
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - t0, 2)
+
+        rows = [
+            {
+                "stage": st.name,
+                "state": st.state,
+                "cores": st.cores,
+                "ready": rel(st.ready),
+                "started": rel(st.started),
+                "ended": rel(st.ended),
+                "settled": rel(st.settled),
+                "host": st.result.host if st.result else None,
+                "phases": st.result.phases if st.result else {},
+            }
+            for st in sorted(self.states.values(), key=lambda s: s.index)
+        ]
+        path = self.root / ".lfbench" / "logs" / f"repro-{self.run_id}.json"
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            doc = {
+                "run": self.run_id,
+                "stages": rows,
+                "driver_pull_s": self._pull_s,
+                "driver_last_pull_s": self._pull_last_s,
+            }
+            path.write_text(json.dumps(doc, indent=1) + "\n")
+
+    def _flush(self, dvc: DvcSide) -> None:
+        dvc.flush()
+
+    def _pull_adopted(self, dvc: DvcSide) -> None:
+        t0 = time.monotonic()
+        for name in dvc.pull_adopted():
+            st = self.states[name]
+            st.state, st.why = FAILED, "its outputs could not be pulled from the DVC remote"
+        self._pull_s = round((self._pull_s or 0.0) + time.monotonic() - t0, 2)
+        if all(s.state not in (WAITING, RUNNING) for s in self.states.values()):
+            self._pull_last_s = round(time.monotonic() - t0, 2)
 
     def _on_progress(self, event: Any) -> None:
         _, msg = event
@@ -610,6 +788,31 @@ class Repro:
 # ---------------------------------------------------------------- helpers
 
 
+def _file_sig(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _count_downstream(states: Mapping[str, StageState]) -> None:
+    """Each stage's priority: how many stages of the run are downstream of it."""
+    below: dict[str, set[str]] = {n: set() for n in states}
+    for st in states.values():
+        for u in st.upstream:
+            below[u].add(st.name)
+    for name, st in states.items():
+        seen: set[str] = set()
+        todo = list(below[name])
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(below[n])
+        st.priority = len(seen)
+
+
 def identity_commit(root: Path) -> str:
     from pipeline.core.lineage import git_info
 
@@ -645,12 +848,12 @@ def _raw_params(root: Path) -> dict[str, Any]:
 
 
 def _lock_names(root: Path) -> list[str]:
-    import yaml
+    from pipeline.core.lineage import load_yaml_text as _load_yaml
 
     path = root / "dvc.lock"
     if not path.exists():
         return []
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = _load_yaml(path.read_text(encoding="utf-8")) or {}
     return list((data.get("stages") or {}).keys())
 
 

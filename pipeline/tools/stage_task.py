@@ -76,6 +76,8 @@ class TaskResult:
     files: dict[str, bytes] = field(default_factory=dict)  # cluster: its uncached outputs
     how: str = "ran"  # cluster: ran | restored (from the run cache) | unchanged
     error: str | None = None
+    # cluster: seconds in each part (waiting for the clone, pulling, running, pushing)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def log_path(root: Path, stage: str) -> Path:

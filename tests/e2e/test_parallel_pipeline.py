@@ -114,6 +114,33 @@ def _current_runs(uri: str) -> Counter[tuple[str, str]]:
     return out
 
 
+# the lineage an aggregate gives each MLflow run that a parallel run must give as a serial one
+# does (the stage digests read from dvc.lock: a stage's upstream entries written before it starts)
+LINEAGE = (
+    "dvc.stage_md5",
+    "dvc.generate_stage_md5",
+    "dvc.construct_stage_md5",
+    "model.entry_sha",
+    "judge.entry_sha",
+    "judge.prompt_sha",
+    "dataset.digest",
+)
+
+
+def _lineage(uri: str) -> dict[tuple[str, str], dict[str, str | None]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    out = {}
+    for exp in client.search_experiments():
+        for r in client.search_runs(
+            [exp.experiment_id], "tags.`lfbench.current` = 'true'", max_results=5000
+        ):
+            tags = r.data.tags
+            out[(exp.name, tags["lfbench.row_key"])] = {k: tags.get(k) for k in LINEAGE}
+    return out
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Iterator[dict[str, Any]]:
     """The test server, a base project (committed) and a serial `dvc repro` of it."""
@@ -127,7 +154,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Iterator[di
         env = run_env({"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'serial-mlflow.db'}"})
         serial = _clone(base, work / "serial", mirror, env)
         run(["dvc", "repro", *SUMMHAY_TARGETS], serial, env)
-        yield {"work": work, "base": base, "server": server, "serial": serial, "mirror": mirror}
+        yield {
+            "work": work,
+            "base": base,
+            "server": server,
+            "serial": serial,
+            "mirror": mirror,
+            "serial_uri": env["MLFLOW_TRACKING_URI"],
+        }
 
 
 def test_side_by_side_writes_what_serial_dvc_repro_writes(setup: dict[str, Any]) -> None:
@@ -148,6 +182,11 @@ def test_side_by_side_writes_what_serial_dvc_repro_writes(setup: dict[str, Any])
     assert runs and set(runs.values()) == {1}
     rows = json.loads((par / "metrics" / "summhay.json").read_text())["rows"]
     assert sum(1 for k in runs if k[0] == "summhay") == len(rows)
+    lineage, serial = _lineage(uri), _lineage(setup["serial_uri"])
+    assert lineage == serial
+    # the benchmarks' rows carry their judge stage's digest (agreement rows have none)
+    digests = [v["dvc.stage_md5"] for k, v in lineage.items() if k[0] == "summhay"]
+    assert len(digests) == len(rows) and "unknown" not in digests and None not in digests
 
 
 @contextlib.contextmanager
@@ -237,6 +276,8 @@ def test_a_cluster_of_two_workers_gives_the_same_bytes(setup: dict[str, Any]) ->
     assert served and max(served.values()) == 1
     runs = _current_runs(env["MLFLOW_TRACKING_URI"])
     assert runs and set(runs.values()) == {1}
+    # the aggregate on a worker read the stage digests the driver's dvc.lock had then
+    assert _lineage(env["MLFLOW_TRACKING_URI"]) == _lineage(setup["serial_uri"])
     # the runs belong to the driver's workspace (it retires what it no longer produces)
     from mlflow.tracking import MlflowClient
 

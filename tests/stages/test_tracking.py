@@ -801,11 +801,14 @@ def test_a_server_store_keeps_a_live_syncs_pending_run_and_cleans_a_dead_ones(
             ws_a, "SIGKILL", killed, stop_at=1, env={"LFBENCH_WORKSPACE": "A"}, shift=10.0
         )
         proc.communicate(timeout=300)
-        assert proc.returncode == -9 and list(_pending(client)) == [killed.read_text()]
+        # (a server takes the rows side by side: the kill may leave each row's run pending)
+        left = list(_pending(client))
+        assert proc.returncode == -9 and killed.read_text() in left and len(left) <= 3
         cleaned = sync("t", _specs3(), ws_b, producer="b-aggregate")
-        assert _pending(client) == {}, "the killed sync's run is still pending"
-        assert cleaned.abandoned == 1
-        assert client.get_run(killed.read_text()).info.lifecycle_stage == "deleted"
+        assert _pending(client) == {}, "the killed sync's runs are still pending"
+        assert cleaned.abandoned == len(left)
+        for run_id in left:
+            assert client.get_run(run_id).info.lifecycle_stage == "deleted"
 
         # another machine's pending runs: a fresh one is kept, one an hour old is deleted
         exp = client.get_experiment_by_name("t").experiment_id

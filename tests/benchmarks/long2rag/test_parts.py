@@ -375,3 +375,12 @@ def test_plot_bytes_are_deterministic() -> None:
     }
     png = plot_png(row)
     assert png.startswith(b"\x89PNG") and png == plot_png(row)
+    # the figure is reused across rows: a row drawn after another gives the bytes it gives
+    # first (no bar, title or scale left over from the other row)
+    from pipeline.benchmarks.long2rag import report
+
+    other = {**row, "system": "t", "by_category": {"c1": {"kpr": 0.9}, "c2": {"kpr": 0.1}}}
+    assert plot_png(other) != png
+    assert plot_png(row) == png
+    report._FIGURES.clear()
+    assert plot_png(row) == png
