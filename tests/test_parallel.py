@@ -325,3 +325,34 @@ def test_stages_more_stages_wait_on_go_first(tmp_path: Path) -> None:
     run(["lfbench", "repro", "--jobs", "1"], proj)
     t = times(proj)
     assert t["a"]["start"] < t["e"]["start"]
+
+
+def test_a_worker_runs_an_unchanged_stage_again_when_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lfbench repro -f --cluster`: the worker runs the stage as `dvc repro -f` would, though
+    it is unchanged and its result is in the run cache (without -f it says unchanged)."""
+    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], clone)
+    run(["dvc", "repro", "e"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+
+    def task(force: bool) -> Any:
+        files = {n: (clone / n).read_bytes() for n in SHIPPED if (clone / n).exists()}
+        payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+        spec = TaskSpec(
+            run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
+            cluster={**payload, "force": force},
+        )  # fmt: skip
+        return run_in_clone(spec, "here", time.monotonic())
+
+    assert task(force=False).how == "unchanged"
+    assert len(times(clone)) == 1 and len((clone / "times.log").read_text().splitlines()) == 1
+    res = task(force=True)
+    assert res.rc == 0 and res.how == "ran", res
+    assert len((clone / "times.log").read_text().splitlines()) == 2  # it ran again

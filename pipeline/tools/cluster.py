@@ -230,20 +230,22 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             repo.pull(targets=stale)
         lap("pull")
         how = "ran"
-        if not stage.changed():
+        force = bool(payload.get("force"))  # `lfbench repro -f`: run it, as `dvc repro -f`
+        if not force and not stage.changed():
             how = "unchanged"
         else:
             stage.remove_outs(ignore_remove=False, force=False)
             stage.save_deps()
-            try:
-                pull_run_cache(repo, stage)
-            except Exception as e:  # noqa: BLE001 - then the stage runs: say why
-                logger.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
-            try:
-                repo.stage_cache.restore(stage, pull=True)
-                how = "restored"
-            except RunCacheNotFoundError:
-                pass
+            if not force:
+                try:
+                    pull_run_cache(repo, stage)
+                except Exception as e:  # noqa: BLE001 - then the stage runs: say why
+                    logger.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
+                try:
+                    repo.stage_cache.restore(stage, pull=True)
+                    how = "restored"
+                except RunCacheNotFoundError:
+                    pass
         lap("restore")
     rc, stopped = 0, False
     if how == "ran":

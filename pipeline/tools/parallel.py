@@ -670,7 +670,12 @@ class Repro:
             cmds=_cmds(stage),
             env=env,
             cores=st.cores,
-            cluster={"commit": self._commit, "files": files, "uncached": uncached},
+            cluster={
+                "commit": self._commit,
+                "files": files,
+                "uncached": uncached,
+                "force": self.force,
+            },
         )
 
     def _finished(self, dvc: DvcSide, stage: Any, fut: Any) -> None:
