@@ -268,28 +268,37 @@ class DvcSide:
             log.warning("%d objects not pulled, though every stage checked out", missing)
         return failed
 
+    def _read_lock(self) -> Any:
+        """dvc.lock parsed as DVC's round-trip YAML ({} when absent), the copy kept from the
+        last write while nobody else changed the file: parsing a 200-kB dvc.lock takes DVC
+        longer than writing it."""
+        from dvc.utils.serialize import parse_yaml_for_update
+
+        path = Path(self.repo.root_dir) / "dvc.lock"
+        if self._lock_doc is not None and self._lock_sig == _file_sig(path):
+            return self._lock_doc
+        return (parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}) or {}
+
+    def _dump_lock(self, data: Any) -> None:
+        from dvc.utils.serialize import dump_yaml
+
+        path = Path(self.repo.root_dir) / "dvc.lock"
+        dump_yaml(str(path), data, fs=self.repo.fs)
+        self._lock_doc, self._lock_sig = data, _file_sig(path)
+
     def _write_lock(self, entries: Mapping[str, Any]) -> None:
         """These entries into dvc.lock, as DVC's `Lockfile.dump_stages` writes them (its
-        round-trip YAML, entries updated in place or appended). The parsed file is kept between
-        writes while nobody else changed it: parsing a 200-kB dvc.lock takes DVC longer than
-        writing it."""
-        from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
-
+        round-trip YAML, entries updated in place or appended)."""
         if not entries:
             return
-        path = Path(self.repo.root_dir) / "dvc.lock"
-        data = self._lock_doc if self._lock_doc and self._lock_sig == _file_sig(path) else None
-        if data is None:
-            data = parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}
-            data = data or {}
+        data = self._read_lock()
         if not data:
             data.update({"schema": "2.0"})
             log.info("Generating lock file 'dvc.lock'")
         data["stages"] = data.get("stages", {})
         changed = any(data["stages"].get(k, {}) != v for k, v in entries.items())
         data["stages"].update(entries)
-        dump_yaml(str(path), data, fs=self.repo.fs)
-        self._lock_doc, self._lock_sig = data, _file_sig(path)
+        self._dump_lock(data)
         if changed:
             self.repo.scm_context.track_file("dvc.lock")
 
@@ -313,22 +322,17 @@ class DvcSide:
         """Entries new to dvc.lock in `declared` order; entries that were there keep their
         places (as under `dvc repro`, which updates them in place). The file is rewritten only
         when the order differs."""
-        from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
-
-        path = Path(self.repo.root_dir) / "dvc.lock"
-        if not path.exists():
+        if not (Path(self.repo.root_dir) / "dvc.lock").exists():
             return
         rank = {s.addressing: i for i, s in enumerate(declared(self.repo, stages))}
-        fresh = self._lock_doc is not None and self._lock_sig == _file_sig(path)
-        data = self._lock_doc if fresh else parse_yaml_for_update(path.read_text(), str(path))
-        entries = (data or {}).get("stages") or {}
+        data = self._read_lock()
+        entries = data.get("stages") or {}
         new = [k for k in entries if k not in set(before)]
         want = sorted(new, key=lambda k: rank.get(k, len(rank)))
         if new != want:
             for k in want:
                 entries[k] = entries.pop(k)
-            dump_yaml(str(path), data, fs=self.repo.fs)
-            self._lock_doc, self._lock_sig = data, _file_sig(path)
+            self._dump_lock(data)
 
 
 def declared(repo: Any, stages: Sequence[Any]) -> list[Any]:
