@@ -356,3 +356,36 @@ def test_a_worker_runs_an_unchanged_stage_again_when_forced(
     res = task(force=True)
     assert res.rc == 0 and res.how == "ran", res
     assert len((clone / "times.log").read_text().splitlines()) == 2  # it ran again
+
+
+def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An aggregate reads its judges' dvc.lock entries (each MLflow run's stage digests): a
+    stage must start only once its upstream's entries are in dvc.lock, as under a serial run,
+    however long the driver takes to write the file (slowed here to make any race certain)."""
+    from pipeline.tools import parallel
+
+    pipeline = diamond()
+    pipeline["stages"]["f"] = {
+        "cmd": "python seen.py",
+        "deps": ["seen.py", "out/a.json"],
+        "outs": ["out/f.json"],
+    }
+    proj = toy(tmp_path / "p", pipeline)
+    (proj / "seen.py").write_text(
+        "import json, yaml\n"
+        "stages = yaml.safe_load(open('dvc.lock'))['stages']\n"
+        "json.dump(sorted(stages), open('out/f.json', 'w'))\n"
+    )
+    real = parallel.DvcSide._dump_lock
+
+    def slow(self: Any, data: Any) -> None:
+        time.sleep(1.5)
+        real(self, data)
+
+    monkeypatch.setattr(parallel.DvcSide, "_dump_lock", slow)
+    monkeypatch.chdir(proj)
+    result = parallel.Repro(proj, ["f"], jobs=2).run()
+    assert result.ok
+    assert "a" in json.loads((proj / "out/f.json").read_text())
