@@ -268,6 +268,28 @@ def run_cluster(
         sh(["lfbench", "team", "down", "--dir", str(team)], work, env, check=False)
 
 
+def run_parallel(
+    parallel: Path,
+    env: dict[str, str],
+    servers: list[TestServer],
+    serial: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """`lfbench repro --jobs N` in its copy of the project."""
+    m = marks(servers)
+    run: dict[str, Any] = {
+        "seconds": timed(["lfbench", "repro", "--jobs", str(args.jobs), *TARGETS], parallel, env)
+    }
+    n, dup = served(servers, m)
+    run.update(requests=n, repeated=dup, phases=phases(parallel))
+    status = sh(["dvc", "status", *TARGETS], parallel, env)
+    run["dvc_status_clean"] = "up to date" in status
+    if not args.skip_serial:
+        run["same_as_serial"] = compare(serial, parallel)
+    print(f"parallel: {run}", file=sys.stderr, flush=True)
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=int, default=8)
@@ -278,6 +300,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--cluster", action="store_true", help="also a two-worker Dask cluster")
     ap.add_argument("--skip-serial", action="store_true")
+    ap.add_argument(
+        "--skip-parallel", action="store_true", help="with --cluster: only the cluster run"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -329,19 +354,8 @@ def main() -> None:
                 n, dup = served(servers, m)
                 runs["serial"].update(requests=n, repeated=dup)
                 print(f"serial: {runs['serial']}", file=sys.stderr, flush=True)
-            m = marks(servers)
-            runs["parallel"] = {
-                "seconds": timed(
-                    ["lfbench", "repro", "--jobs", str(args.jobs), *TARGETS], parallel, env
-                )
-            }
-            n, dup = served(servers, m)
-            runs["parallel"].update(requests=n, repeated=dup, phases=phases(parallel))
-            status = sh(["dvc", "status", *TARGETS], parallel, env)
-            runs["parallel"]["dvc_status_clean"] = "up to date" in status
-            if not args.skip_serial:
-                runs["parallel"]["same_as_serial"] = compare(serial, parallel)
-            print(f"parallel: {runs['parallel']}", file=sys.stderr, flush=True)
+            if not (args.skip_parallel and args.cluster):
+                runs["parallel"] = run_parallel(parallel, env, servers, serial, args)
             if args.cluster:
                 m = marks(servers)
                 c = run_cluster(work / "cluster", base, env, args)
@@ -355,6 +369,9 @@ def main() -> None:
                 if not args.skip_serial:
                     runs["cluster"]["same_as_serial"] = compare(serial, c["driver"])
         out["runs"] = runs
+        if "parallel" in runs and "cluster" in runs:
+            ratio = runs["cluster"]["seconds"] / runs["parallel"]["seconds"]
+            runs["cluster"]["times_parallel"] = round(ratio, 2)
         if "serial" in runs:
             for k in ("parallel", "cluster"):
                 if k in runs:
@@ -383,6 +400,8 @@ def main() -> None:
             f"  {k:9} {r['seconds']:7.1f} s  x{r.get('speedup', 1.0):<5} "
             f"{r.get('requests')} requests ({r.get('repeated', 0)} repeated){same_txt}"
         )
+        if "times_parallel" in r:
+            print(f"      {r['times_parallel']:.2f}x the --jobs {args.jobs} time (goal 1.2x)")
         for kind, ph in (r.get("phases") or {}).items():
             if kind == "worker_parts":
                 print(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import LfbenchError
+from pipeline.tools.dvc_fast import memo_yaml, one_remote_session
 from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
 
 logger = logging.getLogger(__name__)
@@ -131,21 +132,29 @@ def check_workers(client: Any, mine: Mapping[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _clone_lock(clone: Path) -> Iterator[Any]:
-    """This clone's DVC repository, locked: one task at a time does DVC steps in it."""
-    from dvc.repo import Repo, lock_repo
+def _locked(clone: Path, repo: Any) -> Iterator[Any]:
+    """This clone's DVC repository, locked: one task at a time does DVC steps in it (a task
+    keeps its own `Repo` between its two locked parts: the index is built once per task)."""
+    from dvc.repo import lock_repo
 
-    lock = _CLONE_LOCKS.setdefault(str(clone), threading.Lock())
-    with lock:
-        repo = Repo(str(clone))
-        try:
-            with lock_repo(repo), repo.scm_context(quiet=True):
-                yield repo
-        finally:
-            repo.close()
+    with _thread_lock(clone), lock_repo(repo), repo.scm_context(quiet=True):
+        yield repo
 
 
-def _stale(repo: Any, targets: list[str]) -> list[str]:
+def _thread_lock(clone: Path) -> threading.Lock:
+    return _CLONE_LOCKS.setdefault(str(clone), threading.Lock())
+
+
+def _head(clone: Path) -> str:
+    """The clone's commit (`git rev-parse`; the task needs only this of `identity`, whose
+    `git status` walks the whole tree: a second a stage on a busy worker)."""
+    proc = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def _stale(repo: Any, targets: list[str]) -> list[Any]:
     """Of these stages and .dvc files, those whose outputs in this clone are not the ones the
     lock says (missing or different): only they are pulled (a `dvc pull` of all of them asks
     the remote and walks every file again, seconds a stage)."""
@@ -153,10 +162,38 @@ def _stale(repo: Any, targets: list[str]) -> list[str]:
     stale = []
     for target in targets:
         owner = by_name.get(target)
-        outs = owner.outs if owner is not None else []
-        if owner is None or any(not o.hash_info or o.workspace_status() for o in outs):
-            stale.append(target)
+        if owner is None:
+            raise LfbenchError(f"{target}: not a stage of this clone's dvc.yaml")
+        if any(not o.hash_info or o.workspace_status() for o in owner.outs):
+            stale.append(owner)
     return stale
+
+
+def pull_outputs(repo: Any, stages: list[Any]) -> list[str]:
+    """These stages' outputs as their lock entries say, from the DVC remote: their objects by
+    hash in one transfer, then each stage checked out (as DVC's run-cache restore does; `dvc
+    pull <stages>` builds two indexes per call, seconds each on a busy machine). Returns the
+    stages that could not be checked out (their objects are on no remote)."""
+    objs: set[Any] = set()
+    for stage in stages:
+        for used in stage.get_used_objs().values():
+            objs |= used
+    try:
+        got = repo.cloud.pull(objs)
+        missing = len(got.failed)
+    except Exception as e:  # noqa: BLE001 - a remote error: each stage's checkout says
+        logger.error("pulling from the DVC remote: %s", e)
+        missing = 0
+    failed: list[str] = []
+    for stage in stages:
+        try:
+            stage.checkout()
+        except Exception as e:  # noqa: BLE001 - its objects are not in the cache
+            logger.error("stage %s: checking out its outputs: %s", stage.addressing, e)
+            failed.append(stage.addressing)
+    if missing and not failed:
+        logger.warning("%d objects not pulled, though every stage checked out", missing)
+    return failed
 
 
 def _owners(repo: Any, stage: Any) -> list[str]:
@@ -181,6 +218,7 @@ def _owners(repo: Any, stage: Any) -> list[str]:
 def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
     """The cluster task: one stage, in this worker's clone, as `dvc repro --pull` would run it,
     then pushed."""
+    from dvc.repo import Repo
     from dvc.stage.cache import RunCacheNotFoundError
     from dvc.stage.serialize import to_single_stage_lockfile
 
@@ -198,111 +236,124 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
         phases[name] = round(phases.get(name, 0.0) + now - mark[0], 2)
         mark[0] = now
 
-    with _clone_lock(clone) as repo:
-        lap("wait")
-        mine = identity(clone)
-        if mine["commit"] != payload["commit"]:
-            return TaskResult(
-                spec.stage,
-                2,
-                host,
-                str(log),
-                0.0,
-                error=f"{clone} is at {mine['commit']}, the driver at {payload['commit']}",
-            )
-        for name in SHIPPED:
-            if name in payload["files"]:
-                (clone / name).write_bytes(payload["files"][name])
-        for rel, data in payload["uncached"].items():
-            path = clone / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        repo._reset()
-        stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
-        owners = _owners(repo, stage)
-        if (clone / "data.dvc").exists():
-            # stages read data/ but depend on data.sources.yaml (its pins, checked by the stage):
-            # the clone's data/ is the one data.dvc records, from the remote if it is not here
-            owners.append("data.dvc")
-        lap("load")
-        stale = _stale(repo, owners)
-        if stale:
-            repo.pull(targets=stale)
-        lap("pull")
-        how = "ran"
-        force = bool(payload.get("force"))  # `lfbench repro -f`: run it, as `dvc repro -f`
-        if not force and not stage.changed():
-            how = "unchanged"
-        else:
-            stage.remove_outs(ignore_remove=False, force=False)
-            stage.save_deps()
-            if not force:
-                try:
-                    pull_run_cache(repo, stage)
-                except Exception as e:  # noqa: BLE001 - then the stage runs: say why
-                    logger.warning("stage %s: reading the remote's run cache: %s", spec.stage, e)
-                try:
-                    repo.stage_cache.restore(stage, pull=True)
-                    how = "restored"
-                except RunCacheNotFoundError:
-                    pass
-        lap("restore")
-    rc, stopped = 0, False
-    if how == "ran":
-        env = {**os.environ, **spec.env, "DVC_ROOT": str(clone), "DVC_STAGE": spec.stage}
-        rc, stopped = run_commands(spec, clone, log, env)
-        lap("run")
-        if rc != 0:
-            return TaskResult(
-                spec.stage,
-                rc,
-                host,
-                str(log),
-                time.monotonic() - started,
-                stopped,
-                phases=phases,
-            )
-    with _clone_lock(clone) as repo:
-        lap("wait")
-        stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
-        if how != "unchanged":
-            no_cache_outs = any(
-                not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
-            )
-            stage.save(allow_missing=False, run_cache=not no_cache_outs)
-            stage.commit(allow_missing=False)
-        lap("save")
-        # the stage's cached outputs, by their hashes (DVC's `push <stage>` would first need
-        # the entry in this clone's dvc.lock and the whole index rebuilt)
-        for objs in stage.get_used_objs(push=True).values():
-            pushed = repo.cloud.push(objs)
-            if pushed.failed:
+    head = _head(clone)
+    if head != payload["commit"]:
+        return TaskResult(
+            spec.stage,
+            2,
+            host,
+            str(log),
+            0.0,
+            error=f"{clone} is at {head}, the driver at {payload['commit']}",
+        )
+    memo_yaml()
+    with _thread_lock(clone):
+        repo = Repo(str(clone))
+    one_remote_session(repo)
+    with repo:  # one per task: its index is built once
+        with _locked(clone, repo):
+            lap("wait")
+            for name in SHIPPED:
+                if name in payload["files"]:
+                    (clone / name).write_bytes(payload["files"][name])
+            for rel, data in payload["uncached"].items():
+                path = clone / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            repo._reset()
+            stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
+            owners = _owners(repo, stage)
+            if (clone / "data.dvc").exists():
+                # stages read data/ but depend on data.sources.yaml (its pins, checked by the
+                # stage): the clone's data/ is the one data.dvc records, from the remote if it
+                # is not here
+                owners.append("data.dvc")
+            lap("load")
+            failed = pull_outputs(repo, _stale(repo, owners))
+            if failed:
                 raise LfbenchError(
-                    f"stage {spec.stage}: {len(pushed.failed)} outputs not pushed to the remote"
+                    f"stage {spec.stage}: the outputs of {', '.join(failed)} it depends on are"
+                    " neither in this clone nor on the DVC remote"
                 )
-        try:
-            push_run_cache(repo, stage)
-        except Exception as e:  # noqa: BLE001 - the outputs are pushed: a warning, not a failure
-            logger.warning("stage %s: pushing its run-cache entry: %s", spec.stage, e)
-        entry = to_single_stage_lockfile(stage)
-        files = {
-            str(Path(out.fs_path).relative_to(clone)): Path(out.fs_path).read_bytes()
-            for out in stage.outs
-            if not out.use_cache and Path(out.fs_path).is_file()
-        }
-        lap("push")
-    return TaskResult(
-        spec.stage,
-        0,
-        host,
-        str(log),
-        time.monotonic() - started,
-        stopped,
-        lock_entry=_plain(entry),
-        files=files,
-        how=how,
-        phases=phases,
-    )
+            lap("pull")
+            how = "ran"
+            force = bool(payload.get("force"))  # `lfbench repro -f`: run it, as `dvc repro -f`
+            if not force and not stage.changed():
+                how = "unchanged"
+            else:
+                stage.remove_outs(ignore_remove=False, force=False)
+                stage.save_deps()
+                if not force:
+                    lap("restore")
+                    try:
+                        pull_run_cache(repo, stage)
+                    except Exception as e:  # noqa: BLE001 - then the stage runs: say why
+                        logger.warning(
+                            "stage %s: reading the remote's run cache: %s", spec.stage, e
+                        )
+                    lap("run_cache")
+                    try:
+                        repo.stage_cache.restore(stage, pull=True)
+                        how = "restored"
+                    except RunCacheNotFoundError:
+                        pass
+            lap("restore")
+        rc, stopped = 0, False
+        if how == "ran":
+            env = {**os.environ, **spec.env, "DVC_ROOT": str(clone), "DVC_STAGE": spec.stage}
+            rc, stopped = run_commands(spec, clone, log, env)
+            lap("run")
+            if rc != 0:
+                return TaskResult(
+                    spec.stage,
+                    rc,
+                    host,
+                    str(log),
+                    time.monotonic() - started,
+                    stopped,
+                    phases=phases,
+                )
+        with _locked(clone, repo):
+            lap("wait")
+            if how != "unchanged":
+                no_cache_outs = any(
+                    not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
+                )
+                stage.save(allow_missing=False, run_cache=not no_cache_outs)
+                stage.commit(allow_missing=False)
+            lap("save")
+            # the stage's cached outputs, by their hashes (DVC's `push <stage>` would first need
+            # the entry in this clone's dvc.lock and the whole index rebuilt)
+            for objs in stage.get_used_objs(push=True).values():
+                pushed = repo.cloud.push(objs)
+                if pushed.failed:
+                    raise LfbenchError(
+                        f"stage {spec.stage}: {len(pushed.failed)} outputs not pushed to the remote"
+                    )
+            lap("push")
+            try:
+                push_run_cache(repo, stage)
+            except Exception as e:  # noqa: BLE001 - the outputs are pushed: a warning, not a failure
+                logger.warning("stage %s: pushing its run-cache entry: %s", spec.stage, e)
+            entry = to_single_stage_lockfile(stage)
+            files = {
+                str(Path(out.fs_path).relative_to(clone)): Path(out.fs_path).read_bytes()
+                for out in stage.outs
+                if not out.use_cache and Path(out.fs_path).is_file()
+            }
+            lap("run_cache")
+        return TaskResult(
+            spec.stage,
+            0,
+            host,
+            str(log),
+            time.monotonic() - started,
+            stopped,
+            lock_entry=_plain(entry),
+            files=files,
+            how=how,
+            phases=phases,
+        )
 
 
 def _plain(obj: Any) -> Any:

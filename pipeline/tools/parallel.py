@@ -49,7 +49,7 @@ from typing import Any
 
 from pipeline.core.errors import ConfigError, LfbenchError
 from pipeline.stages.tracking import workspace_id
-from pipeline.tools.cluster import SHIPPED
+from pipeline.tools.cluster import SHIPPED, pull_outputs
 from pipeline.tools.containers import forget
 from pipeline.tools.stage_task import (
     TaskResult,
@@ -247,26 +247,7 @@ class DvcSide:
             return []
         self.repo._reset()  # the stages as their adopted dvc.lock entries say
         stages = {s.addressing: s for s in self.repo.index.stages}
-        objs: set[Any] = set()
-        for name in names:
-            for used in stages[name].get_used_objs().values():
-                objs |= used
-        failed: list[str] = []
-        try:
-            got = self.repo.cloud.pull(objs)
-            missing = len(got.failed)
-        except Exception as e:  # noqa: BLE001 - a remote error: each stage's checkout says
-            log.error("pulling from the DVC remote: %s", e)
-            missing = 0
-        for name in names:
-            try:
-                stages[name].checkout()
-            except Exception as e:  # noqa: BLE001 - its objects are not in the cache
-                log.error("stage %s: checking out its outputs: %s", name, e)
-                failed.append(name)
-        if missing and not failed:
-            log.warning("%d objects not pulled, though every stage checked out", missing)
-        return failed
+        return pull_outputs(self.repo, [stages[name] for name in names])
 
     def _read_lock(self) -> Any:
         """dvc.lock parsed as DVC's round-trip YAML ({} when absent), the copy kept from the
