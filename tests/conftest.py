@@ -136,6 +136,16 @@ def run(
     return proc
 
 
+def dvc_workspace(path: Path, remote: Path | None = None) -> Path:
+    """An empty git + DVC project at `path`, its default remote the folder `remote` if given."""
+    path.mkdir(parents=True)
+    run(["git", "init", "-q"], path)
+    run(["dvc", "init", "-q"], path)
+    if remote is not None:
+        run(["dvc", "remote", "add", "-d", "team", str(remote)], path)
+    return path
+
+
 def run_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `run` gives a command (the venv's programs first, no MLflow URI from
     outside, the shared embedding cache), with `env` on top."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import run
+from tests.conftest import dvc_workspace, run
 
 
 def counting_parser() -> tuple[Any, list[tuple[str, str]]]:
@@ -65,8 +65,7 @@ def test_dvc_with_the_memo_sees_the_pipeline_as_dvc_alone_does(
 
     from pipeline.tools import dvc_fast
 
-    proj = tmp_path / "p"
-    proj.mkdir()
+    proj = dvc_workspace(tmp_path / "p")
     stages = {
         f"s{i}": {
             "cmd": f"python -c \"open('o{i}.txt', 'w').write('{i}')\"",
@@ -79,8 +78,6 @@ def test_dvc_with_the_memo_sees_the_pipeline_as_dvc_alone_does(
     (proj / "params.yaml").write_text(
         "model:\n  name: m\n  flag: off\n" + "".join(f"k{i}: {i}\n" for i in range(4))
     )
-    run(["git", "init", "-q"], proj)
-    run(["dvc", "init", "-q"], proj)
     run(["dvc", "repro", "-q"], proj)
     parse, calls = counting_parser()
     lock = parse((proj / "dvc.lock").read_text(), "dvc.lock")["stages"]
@@ -112,11 +109,7 @@ def test_a_repository_opens_each_remote_once(tmp_path: Path) -> None:
 
     from pipeline.tools.dvc_fast import one_remote_session
 
-    proj = tmp_path / "p"
-    proj.mkdir()
-    run(["git", "init", "-q"], proj)
-    run(["dvc", "init", "-q"], proj)
-    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], proj)
+    proj = dvc_workspace(tmp_path / "p", tmp_path / "remote")
     with Repo(str(proj)) as repo, Repo(str(proj)) as other:
         one_remote_session(repo)
         one_remote_session(other)

@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.core.errors import LfbenchError
 from pipeline.tools import containers, image_store
-from tests.conftest import ROOT, run
+from tests.conftest import ROOT, dvc_workspace, run
 
 pytestmark = [pytest.mark.docker]
 
@@ -98,12 +98,7 @@ def registry(tmp_path: Path) -> Iterator[str]:
 
 def _workspace(tmp_path: Path) -> Path:
     """A DVC project whose default remote is a local folder."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    run(["git", "init", "-q"], ws)
-    run(["dvc", "init", "-q"], ws)
-    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], ws)
-    return ws
+    return dvc_workspace(tmp_path / "ws", tmp_path / "remote")
 
 
 def test_through_a_registry_pinned_by_digest(engine: Any, registry: str, tmp_path: Path) -> None:
