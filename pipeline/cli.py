@@ -49,7 +49,15 @@ from pipeline.core.params import load_params
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-local-judge")
+STAGES = (
+    "construct",
+    "retrieve",
+    "generate",
+    "judge",
+    "aggregate",
+    "agreement",
+    "train-local-judge",
+)
 log = logging.getLogger("lfbench")
 
 
@@ -281,6 +289,22 @@ def stage_construct(benchmark: str, data_dir: Path, out: Path, params_path: Path
     from pipeline.stages.construct import construct
 
     construct(*_bench(benchmark, params_path), data_dir, out, Path.cwd())
+
+
+@stage.command("retrieve")
+@click.option("--benchmark", required=True)
+@click.option("--retriever", required=True, help="a retrievers entry the benchmark lists")
+@path_option("--dataset")
+@path_option("--data", "data_dir")
+@path_option("--out")
+@params_option
+def stage_retrieve(
+    benchmark: str, retriever: str, dataset: Path, data_dir: Path, out: Path, params_path: Path
+) -> None:
+    """Dataset -> one ranking per query of the benchmark, by one of your retrievers."""
+    from pipeline.stages.retrieve import retrieve
+
+    retrieve(*_bench(benchmark, params_path), retriever, dataset, data_dir, out, Path.cwd())
 
 
 @stage.command("generate")
