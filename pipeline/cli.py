@@ -1001,6 +1001,77 @@ def new_benchmark(
         click.echo(line)
 
 
+# ---------------------------------------------------------------- export
+
+
+@cli.group("export")
+def export() -> None:
+    """What a retriever or RAG system outside lfbench needs, and a model's answers to replay."""
+
+
+def _write_lines(rows: Any, out: Path | None) -> None:
+    import json as _json
+
+    lines = (_json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if out is None:
+        for line in lines:
+            click.echo(line, nl=False)
+        return
+    from pipeline.core.io import atomic_write_text
+
+    text = "".join(lines)
+    atomic_write_text(out, text)
+    click.echo(f"wrote {out}: {text.count(chr(10))} lines", err=True)
+
+
+@export.command("queries")
+@click.option("--benchmark", required=True)
+@click.option("--retriever", default=None, help="the entry (CRUD-RAG: its settings' chunkings)")
+@click.option("--texts", is_flag=True, help="the passages' texts too, not only their ids")
+@click.option("--out", type=OutputFile(), default=None, help="JSONL file (default: stdout)")
+@params_option
+def export_queries(
+    benchmark: str, retriever: str | None, texts: bool, out: Path | None, params_path: Path
+) -> None:
+    """What a retriever ranks (query and passage ids): make a TREC run file of them elsewhere
+    and name it in a `run` retriever."""
+    from pipeline.stages.export import data_dir, queries
+
+    bench, params = _bench(benchmark, params_path)
+    root = Path.cwd()
+    ds = root / "datasets" / f"{benchmark}.jsonl"
+    _write_lines(queries(bench, params, root, ds, data_dir(root, benchmark), retriever, texts), out)
+
+
+@export.command("questions")
+@click.option("--benchmark", required=True)
+@click.option("--out", type=OutputFile(), default=None, help="JSONL file (default: stdout)")
+@params_option
+def export_questions(benchmark: str, out: Path | None, params_path: Path) -> None:
+    """What a whole RAG system is asked (questions, task, documents): answer them elsewhere and
+    name the answers in an `outputs` model."""
+    from pipeline.stages.export import data_dir, questions
+
+    bench, params = _bench(benchmark, params_path)
+    root = Path.cwd()
+    ds = root / "datasets" / f"{benchmark}.jsonl"
+    _write_lines(questions(bench, params, root, ds, data_dir(root, benchmark)), out)
+
+
+@export.command("outputs")
+@click.option("--benchmark", required=True)
+@click.option("--model", required=True)
+@click.option("--out", type=OutputFile(), default=None, help="JSONL file (default: stdout)")
+def export_outputs(benchmark: str, model: str, out: Path | None) -> None:
+    """A model's generations as an `outputs` file (item_id, answer, passages)."""
+    from pipeline.stages.export import outputs
+
+    path = Path.cwd() / "generations" / benchmark / f"{model}.jsonl"
+    if not path.exists():
+        raise click.UsageError(f"{path}: no generations of {model} on {benchmark}")
+    _write_lines(outputs(path), out)
+
+
 # ---------------------------------------------------------------- undeclared `--key value`
 
 # `lfbench compare` names runs by a benchmark's own group keys (`--domain news`, `--collection

@@ -569,6 +569,14 @@ class Retrieval(ABC, Generic[P, D]):
         `lfbench compare` finds rows by it). Default: the setting is the entry's name."""
         return setting if ctx.is_retriever(setting) else None
 
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """(retriever, what was measured, value) of the result rows that used a retriever (a
+        RAG system counts as its own): `lfbench report` sets them side by side across
+        benchmarks (a context's coverage next to the coverage of the answers made from it)."""
+        return []
+
     @abstractmethod
     def queries(
         self, ctx: Context[P], dataset: Sequence[D], retriever: str

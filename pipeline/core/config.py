@@ -264,7 +264,7 @@ class PythonModel(Strict):
 class OutputsModel(Strict):
     """Answers made elsewhere (another framework, another machine), replayed as a model: per
     benchmark, a JSONL file of `{"item_id", "answer", "passages"?, "citations"?}` lines keyed
-    by the benchmark's item ids (`lfbench export-outputs` writes one from a model's generations).
+    by the benchmark's item ids (`lfbench export outputs` writes one from a model's generations).
     An unknown, missing or repeated item id is an error naming the file and line."""
 
     provider: Literal["outputs"]
@@ -430,7 +430,7 @@ class PythonRetriever(Strict):
 class RunRetriever(Strict):
     """A TREC run file made elsewhere (`qid Q0 docid rank score tag` per line): the ranking of
     each query is replayed. Per benchmark, the file of its queries (query and passage ids as the
-    benchmark's retrieval names them: `lfbench retrieval-ids BENCHMARK` lists them)."""
+    benchmark's retrieval names them: `lfbench export queries` lists them)."""
 
     provider: Literal["run"]
     files: dict[str, str] = Field(

@@ -288,7 +288,7 @@ def read_run(path: Path, shown: str, queries: Sequence[RetrievalQuery]) -> dict[
         if qid not in passages:
             raise DataError(
                 f"query {qid!r} is not one of this benchmark's queries"
-                f" (`lfbench retrieval-ids` lists them; e.g. {next(iter(passages), '-')})",
+                f" (`lfbench export queries` lists them; e.g. {next(iter(passages), '-')})",
                 file=where,
             )
         if docid not in passages[qid]:

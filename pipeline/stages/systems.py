@@ -16,7 +16,7 @@ the question, the item's documents, the task in words) and how an answer becomes
   per line; an unknown, missing or repeated item id, or a line that is not such an object, is an
   error naming the file and line.
 
-`lfbench export-outputs` writes a model's generations in the `outputs` form.
+`lfbench export outputs` writes a model's generations in the `outputs` form.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def read_outputs(path: Path, shown: str, questions: Sequence[Question]) -> dict[
             example = next(iter(sorted(wanted)), "-")
             raise DataError(
                 f"unknown item id {item!r}: not an item this model runs (e.g. {example};"
-                " `lfbench retrieval-ids` lists a benchmark's ids)",
+                " `lfbench export questions` lists them)",
                 file=where,
                 field="item_id",
             )

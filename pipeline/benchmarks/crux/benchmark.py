@@ -215,6 +215,20 @@ class CruxRetrieval(Retrieval[CruxParams, Collection]):
     reserved = ("zstar", "oracle", "random", "vector", "longembed", "keywords", "rerank3",
                 "bm25", "dense")  # fmt: skip
 
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """Each context's coverage at |Z*| and alpha-nDCG at 10 passages, per judge and domain."""
+        out = []
+        for r in rows:
+            where = f"({r['judge']}, {r['domain']})"
+            if r.get("cutoff") == "zstar" and r.get("coverage") is not None:
+                out.append((str(r["retriever"]), f"context Cov@|Z*| {where}", float(r["coverage"])))
+            if r.get("cutoff") == "10" and r.get("alpha_ndcg") is not None:
+                what = f"context alpha-nDCG@10 {where}"
+                out.append((str(r["retriever"]), what, float(r["alpha_ndcg"])))
+        return out
+
     def queries(
         self, ctx: Ctx, dataset: Sequence[Collection], retriever: str
     ) -> list[RetrievalQuery]:

@@ -182,6 +182,28 @@ class Long2ragRetrieval(Retrieval[Long2ragParams, Question]):
         name = generation.ranker_of(setting)
         return name if name is not None and ctx.is_retriever(name) else None
 
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """KPR of the answers made from a retriever's chunks (`rag_<budget>@<entry>`, and the
+        default ranker's `rag_<budget>`), and of your RAG systems."""
+        out = []
+        section = params.raw_section("long2rag") or {}
+        default = str((section.get("generation") or {}).get("chunk_ranker") or "bm25")
+        for r in rows:
+            setting, kpr = str(r["setting"]), r.get("kpr")
+            if kpr is None or setting == generation.LONG_CONTEXT:
+                continue
+            name = (
+                str(r["system"])
+                if setting == SYSTEM_SETTING
+                else generation.ranker_of(setting) or default
+            )
+            budget = "" if setting == SYSTEM_SETTING else f", {setting.partition('@')[0]}"
+            what = f"KPR of {r['system']}'s answers ({r['judge']}{budget})"
+            out.append((name, what, float(kpr)))
+        return out
+
     def queries(
         self, ctx: Ctx, dataset: Sequence[Question], retriever: str
     ) -> list[RetrievalQuery]:

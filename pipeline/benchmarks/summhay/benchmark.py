@@ -170,6 +170,27 @@ class SummhayRetrieval(Retrieval[SummhayParams, Haystack]):
 
     reserved = (*CONTEXT_SETTINGS, "full-shuffle", SYSTEM_SETTING)
 
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """Coverage of the summaries of your models (not the released systems) per context
+        setting that is a ranking (not a whole-haystack order), and of your RAG systems."""
+        out = []
+        first = next((str(r["mode"]) for r in rows if "mode" in r), None)
+        for r in rows:
+            spec = params.models.get(str(r.get("model")))
+            if spec is None or spec.provider == "published" or r.get("coverage") is None:
+                continue
+            if r.get("mode") != first or r.get("collection") != "released":
+                continue
+            setting = str(r["setting"])
+            if setting.startswith("full"):
+                continue
+            retriever = str(r["system"]) if setting == SYSTEM_SETTING else setting
+            what = f"coverage of {r['system']}'s summaries ({r['judge']}, {r['domain']})"
+            out.append((retriever, what, float(r["coverage"])))
+        return out
+
     def queries(
         self, ctx: Ctx, dataset: Sequence[Haystack], retriever: str
     ) -> list[RetrievalQuery]:
