@@ -594,9 +594,11 @@ def owner_of(provider: str) -> str | None:
     return head if sep and head in packages.names() else None
 
 
+# the union's tags, left out of an error's location (models.q.temperature, not models.q.openai...)
 _TAGS = {
     "models": {*CORE_MODEL_PROVIDERS, "owned"},
     "judges": {*CORE_JUDGE_PROVIDERS, "owned"},
+    "retrievers": set(RETRIEVER_PROVIDERS),
 }
 
 
@@ -832,7 +834,7 @@ def invalid(
     for err in e.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
         loc = prefix + tuple(err["loc"])
-        if len(loc) > 2 and loc[0] in ("models", "judges") and loc[2] in _TAGS[str(loc[0])]:
+        if len(loc) > 2 and loc[0] in _TAGS and loc[2] in _TAGS[str(loc[0])]:
             loc = loc[:2] + loc[3:]  # models.q.temperature, not the union's models.q.openai...
         lines.append(f"  {format_loc(loc)}: {msg}")
     return ConfigError(f"{path} is invalid:\n" + "\n".join(lines))

@@ -397,3 +397,59 @@ def test_scores_are_finite_and_rounded(run: Run, root: Path) -> None:
     rankings, _ = run("pyr", {"provider": "python", "entry": "tiny:f"})
     scores = [s for r in rankings.values() for _, s in r]
     assert all(math.isfinite(s) and round(s, 6) == s for s in scores)
+
+
+def test_ctrl_c_mid_embedding_keeps_what_was_answered_and_sends_it_never_again(
+    root: Path, dataset: Path, mirror: Path
+) -> None:
+    """SIGINT while batches are on the wire: those in flight finish into the journal, the
+    stage exits 130 having written nothing; the re-run sends only the batches never answered
+    (no body is served twice) and ranks as an uninterrupted run does."""
+    with TestServer(latency_ms=400) as srv:
+        entry = {
+            "provider": "embeddings",
+            "base_url": srv.base_url,
+            "model": "emb-int",
+            "api_key_env": None,
+            "window_tokens": 300,
+            "batch_size": 8,
+            "max_concurrency": 2,
+        }
+        script = (
+            "import json, sys\n"
+            "from pathlib import Path\n"
+            "from pipeline.core.errors import Interrupted\n"
+            "from pipeline.stages.retrieve import retrieve\n"
+            "from tests.stages.test_retrieve import BENCH, _params\n"
+            "root = Path(sys.argv[1])\n"
+            "params = _params({'emb': json.loads(sys.argv[4])}, ['emb'])\n"
+            "try:\n"
+            "    retrieve(BENCH, params, 'emb', Path(sys.argv[2]), Path(sys.argv[3]),\n"
+            "             root / 'retrievals' / 'summhay' / 'emb.jsonl', root)\n"
+            "except Interrupted as e:\n"
+            "    print(e)\n"
+            "    sys.exit(130)\n"
+        )
+        argv = [
+            sys.executable, "-c", script, str(root), str(dataset), str(mirror / "summhay"),
+            json.dumps(entry),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "LFBENCH_INTERRUPT_GRACE_S": "10"}
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_served(srv)) < 4:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out
+        assert "interrupted" in out
+        first = _served(srv)
+        assert 4 <= len(first) < 30  # stopped early, the batches in flight finished
+        assert not (root / "retrievals" / "summhay" / "emb.jsonl").exists()
+        subprocess.run(argv, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+        served = _served(srv)
+    bodies = [r["body_sha256"] for r in served]
+    assert len(bodies) == len(set(bodies))  # nothing answered was asked for again
+    rows = (root / "retrievals" / "summhay" / "emb.jsonl").read_text().splitlines()
+    got = {json.loads(r)["query_id"]: [p for p, _ in json.loads(r)["ranking"]] for r in rows}
+    assert got == _expected_embeddings(dataset, 300)
