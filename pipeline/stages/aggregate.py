@@ -45,7 +45,7 @@ from pipeline.stages.common import (
     prompt_shas,
     read_dataset,
     read_runs,
-    retrieval_usage_path,
+    retrieval_lineage_path,
     stage_md5_of,
     usage_metrics,
     usage_path,
@@ -259,14 +259,14 @@ def retriever_lineage(
 ) -> dict[str, str]:
     """The `retriever.*` tags of a row whose setting used one of the user's retrievers: its
     name, provider, model, entry digest and code or file digest (from its retrieval stage's
-    usage file)."""
+    lineage file)."""
     if bench.retrieval is None:
         return {}
     name = bench.retrieval.retriever_of(ctx, str(row.tags.get("setting", "")))
     if name is None:
         return {}
-    path = retrieval_usage_path(root, bench.name, name)
-    info = read_json(path).get("retriever", {}) if path.is_file() else {}
+    path = retrieval_lineage_path(root, bench.name, name)
+    info = read_json(path) if path.is_file() else {}
     tags = {"retriever.name": name}
     for k in ("provider", "model", "entry_sha", "code_sha", "file_sha", "over", "entry", "file"):
         if isinstance(info, dict) and info.get(k) is not None:
@@ -275,8 +275,8 @@ def retriever_lineage(
 
 
 def system_lineage(generations_dir: Path, model: str) -> dict[str, str]:
-    """`model.code_sha` / `model.file_sha` of a whole RAG system of the user's (from its
-    generate stage's usage file)."""
+    """`model.entry_point` and `model.code_sha`, or `model.file` and `model.file_sha`, of a
+    whole RAG system of the user's (from its generate stage's usage file)."""
     path = usage_path(generations_dir / f"{model}.jsonl")
     info = read_json(path).get("system") if path.is_file() else None
     if not isinstance(info, dict):

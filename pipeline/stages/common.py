@@ -88,6 +88,13 @@ def retrieval_path(root: Path, benchmark: str, retriever: str) -> Path:
     return root / "retrievals" / benchmark / f"{retriever}.jsonl"
 
 
+def retrieval_lineage_path(root: Path, benchmark: str, retriever: str) -> Path:
+    """Where a retrieval stage writes what made its rankings (provider, model, entry and code or
+    file digests): the aggregate's MLflow lineage; the same bytes however the requests were
+    answered (a forced re-run from the cache changes nothing downstream)."""
+    return root / "retrievals" / "lineage" / benchmark / f"{retriever}.json"
+
+
 def retrieval_usage_path(root: Path, benchmark: str, retriever: str) -> Path:
     """Where a retrieval stage writes its usage and the retriever's lineage: apart from the
     rankings (the generate stages depend on those only, so a re-run answered by the cache,

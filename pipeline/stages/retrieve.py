@@ -52,7 +52,7 @@ from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import iter_lines, write_json, write_jsonl
 from pipeline.core.types import UsageReport
 from pipeline.llm.client import wall_path
-from pipeline.llm.journal import JournalEntry, JournalWriter, clear_journal, load_journal
+from pipeline.llm.journal import clear_journal
 from pipeline.stages.common import (
     context,
     entry_sha,
@@ -60,9 +60,11 @@ from pipeline.stages.common import (
     log_usage,
     no_usage,
     read_dataset,
+    retrieval_lineage_path,
     retrieval_usage_path,
     retrieve_stage,
 )
+from pipeline.stages.memo import Memo, memo_key
 from pipeline.stages.plugins import RETRIEVERS_DIR, file_sha, load_entry_point
 
 log = logging.getLogger(__name__)
@@ -219,22 +221,24 @@ def python_result(got: Any, q: RetrievalQuery, where: str) -> Ranking:
 def _python(
     spec: PythonRetriever, queries: Sequence[RetrievalQuery], root: Path, stage: str, entry: str
 ) -> tuple[list[Ranking], UsageReport, str]:
-    """Call the user's retriever once per query; each finished query is journaled (a kill
-    loses none), keyed by the code digest, so an edit computes everything again."""
+    """Call the user's retriever once per query; each finished query is journaled and cached
+    (`pipeline.stages.memo`: a kill loses none, a re-run computes none twice), keyed by the code
+    digest, so an edit computes everything again."""
     ep = load_entry_point(spec.entry, root, RETRIEVERS_DIR, f"retrievers.{entry}")
     t0 = time.monotonic()
-    journal_path = llm_paths(root, stage)[1]
-    journal = load_journal(journal_path)
-    salt = f"{ep.code_sha}|{entry_sha(spec, '')}"
-    keys = [f"{salt}|{q.id}" for q in queries]
+    entry_digest = entry_sha(spec, "")
+
+    def key(q: RetrievalQuery) -> str:
+        passages = [[p.id, p.text] for p in q.passages]
+        return memo_key("python-retriever", ep.code_sha, entry_digest, q.id, q.text, passages)
+
+    keys = [key(q) for q in queries]
     out: list[Ranking] = []
-    hits = 0
-    writer = JournalWriter(journal_path)
-    try:
-        for q, key in zip(queries, keys, strict=True):
-            if key in journal:
-                out.append([(str(p), s) for p, s in json.loads(journal[key].text)])
-                hits += 1
+    with Memo(root, stage) as memo:
+        done = memo.get_many(keys)
+        for q, k in zip(queries, keys, strict=True):
+            if k in done:
+                out.append([(str(p), s) for p, s in json.loads(done[k])])
                 continue
             passages = [Passage(p.id, p.text) for p in q.passages]
             try:
@@ -244,15 +248,15 @@ def _python(
                     f"retrievers.{entry} ({spec.entry}): query {q.id}: {type(e).__name__}: {e}"
                 ) from e
             ranking = python_result(got, q, f"retrievers.{entry} ({spec.entry})")
-            writer.append(JournalEntry(key, q.id, json.dumps(ranking), None, 0, 0))
+            memo.put(k, q.id, json.dumps(ranking))
             out.append(ranking)
-    finally:
-        writer.close()
+        hits, cache_hits = memo.journal_hits, memo.cache_hits
     report = no_usage(stage).model_copy(
         update={
             "items": len(queries),
             "ok": len(queries),
             "journal_hits": hits,
+            "cache_hits": cache_hits,
             "wall_s": round(time.monotonic() - t0, 3),
         }
     )
@@ -399,6 +403,7 @@ def retrieve(
     data["retriever"] = lineage
     write_json(usage, data)
     write_json(wall_path(usage), {"wall_s": wall})
+    write_json(retrieval_lineage_path(root, bench.name, retriever), lineage)
     log_usage(stage, report)
     log.info(
         "wrote %s: %d queries ranked by %s (%s)", out, len(lines), retriever, spec_text(lineage)

@@ -9,9 +9,11 @@ the question, the item's documents, the task in words) and how an answer becomes
   once per question, `f(question, **options)`, `max_concurrency` at a time. It returns the
   answer text, or a mapping (or an object) with `answer` and optionally `passages` (the ids of
   the documents it used: its context, which CRUX judges) and `citations` (per bullet or
-  sentence, the ids it cites). Each finished answer is journaled (fsync'd): a crash, a kill or
-  Ctrl-C loses none, and a re-run calls the system only for the rest. An exception is that
-  item's error (the others are written; the stage fails, exit 3, and a re-run retries it).
+  sentence, the ids it cites). Each finished answer is journaled (fsync'd) and kept in the
+  response cache (`pipeline.stages.memo`): a crash, a kill or Ctrl-C loses none, and a re-run
+  calls the system only for what it never answered (an edit to its code: everything again).
+  An exception is that item's error (the others are written; the stage fails, exit 3, and a
+  re-run retries it).
 - `outputs`: a JSONL file per benchmark, one `{"item_id", "answer", "passages"?, "citations"?}`
   per line; an unknown, missing or repeated item id, or a line that is not such an object, is an
   error naming the file and line.
@@ -33,11 +35,11 @@ from typing import Any
 from pipeline.core.benchmark import AnyBenchmark, Context, Question, SystemAnswer
 from pipeline.core.config import OutputsModel, PythonModel
 from pipeline.core.errors import ConfigError, DataError
-from pipeline.core.io import canonical_json, iter_lines, sha256_text
+from pipeline.core.io import iter_lines
 from pipeline.core.records import Generation
 from pipeline.core.types import UsageReport
-from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
-from pipeline.stages.common import entry_sha, llm_paths, no_usage
+from pipeline.stages.common import entry_sha, no_usage
+from pipeline.stages.memo import Memo, memo_key
 from pipeline.stages.plugins import SYSTEMS_DIR, load_entry_point
 
 log = logging.getLogger(__name__)
@@ -140,56 +142,44 @@ def python_generations(
     where = f"models.{model} ({spec.entry})"
     ep = load_entry_point(spec.entry, root, SYSTEMS_DIR, where)
     t0 = time.monotonic()
-    journal_path = llm_paths(root, stage)[1]
-    journal = load_journal(journal_path)
-    salt = f"{ep.code_sha}|{entry_sha(spec, bench.name)}"
+    entry = entry_sha(spec, bench.name)
 
     def key(q: Question) -> str:
-        body = canonical_json(
-            {"q": q.question, "docs": [[p.id, p.text] for p in q.documents], "task": q.task}
-        )
-        return f"{salt}|{q.id}|{sha256_text(body)[:16]}"
+        docs = [[p.id, p.text] for p in q.documents]
+        return memo_key("system", ep.code_sha, entry, q.id, q.question, q.task, docs)
 
     answers: dict[int, SystemAnswer | str] = {}
-    hits = 0
-    todo = []
-    for n, q in enumerate(questions):
-        k = key(q)
-        if k in journal:
-            answers[n] = as_answer(json.loads(journal[k].text))
-            hits += 1
-        else:
-            todo.append(n)
+    keys = [key(q) for q in questions]
     lock = threading.Lock()
-    writer = JournalWriter(journal_path) if todo else None
+    with Memo(root, stage) as memo:
+        done = memo.get_many(keys)
+        for n, k in enumerate(keys):
+            if k in done:
+                answers[n] = as_answer(json.loads(done[k]))
+        todo = [n for n in range(len(questions)) if n not in answers]
 
-    def ask(n: int) -> None:
-        q = questions[n]
-        try:
-            got = as_answer(ep.func(q, **spec.options))
-        except BadAnswer as e:
-            result: SystemAnswer | str = f"{where}: {e}"
-        except Exception as e:  # noqa: BLE001 - the user's code: an error of this item
-            result = f"{where} raised {type(e).__name__}: {str(e)[:300]}"
-        else:
-            result = got
-            assert writer is not None
-            writer.append(JournalEntry(key(q), q.id, answer_json(got), None, 0, 0))
-        with lock:
-            answers[n] = result
+        def ask(n: int) -> None:
+            q = questions[n]
+            try:
+                got = as_answer(ep.func(q, **spec.options))
+            except BadAnswer as e:
+                result: SystemAnswer | str = f"{where}: {e}"
+            except Exception as e:  # noqa: BLE001 - the user's code: an error of this item
+                result = f"{where} raised {type(e).__name__}: {str(e)[:300]}"
+            else:
+                result = got
+                with lock:
+                    memo.put(keys[n], q.id, answer_json(got))
+            with lock:
+                answers[n] = result
 
-    try:
         if spec.max_concurrency > 1 and len(todo) > 1:
-            with ThreadPoolExecutor(
-                spec.max_concurrency, thread_name_prefix="lfbench-system"
-            ) as ex:
-                list(ex.map(ask, todo))
+            with ThreadPoolExecutor(spec.max_concurrency, "lfbench-system") as pool:
+                list(pool.map(ask, todo))
         else:
             for n in todo:
                 ask(n)
-    finally:
-        if writer is not None:
-            writer.close()
+        hits, cache_hits = memo.journal_hits, memo.cache_hits
     gens = []
     for n, q in enumerate(questions):
         a = answers[n]
@@ -204,15 +194,17 @@ def python_generations(
             "ok": len(gens) - failed,
             "errors": failed,
             "journal_hits": hits,
+            "cache_hits": cache_hits,
             "wall_s": round(time.monotonic() - t0, 3),
         }
     )
     log.info(
-        "%s: %s answered %d questions (%d from the journal), %d failed, %.1f s",
+        "%s: %s answered %d questions (%d from the journal, %d from the cache), %d failed, %.1f s",
         stage,
         spec.entry,
         len(todo),
         hits,
+        cache_hits,
         failed,
         report.wall_s,
     )
@@ -295,7 +287,7 @@ def system_generations(
     questions = bench.systems.questions(ctx, dataset)
     if isinstance(spec, PythonModel):
         gens, report, code = python_generations(bench, ctx, model, spec, questions, root, stage)
-        return gens, report, {"entry": spec.entry, "code_sha": code}
+        return gens, report, {"entry_point": spec.entry, "code_sha": code}
     gens = outputs_generations(bench, ctx, model, spec, questions, root)
     shown = spec.files[bench.name]
     report = no_usage(stage).model_copy(update={"items": len(gens), "ok": len(gens)})

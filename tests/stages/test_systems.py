@@ -93,7 +93,7 @@ def test_a_python_system_answers_each_question_and_resumes_only_the_failed(
     out = _generate(root, dataset, mirror, "rag", entry)
     assert calls.read_text().splitlines() == [items[0], items[1], items[2], items[1]]
     usage = json.loads(out.with_name("rag.usage.json").read_text())
-    assert usage["system"]["entry"] == "rag:answer" and len(usage["system"]["code_sha"]) == 16
+    assert usage["system"]["entry_point"] == "rag:answer" and len(usage["system"]["code_sha"]) == 16
     assert usage["journal_hits"] == 2
     # the same answers as an outputs file give the same generations
     rows = export_outputs(read_jsonl(out, Generation))
