@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.core.benchmark import AnyBenchmark, Audit, AuditScale, Context, PriorLabel
 from pipeline.core.config import Params
 from pipeline.core.errors import ConfigError, DataError, LfbenchError
-from pipeline.core.io import read_jsonl, write_json
+from pipeline.core.io import from_spreadsheet, read_jsonl, to_spreadsheet, write_json
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.metrics.audit import (
     Estimate,
@@ -375,17 +375,20 @@ CSV_FIXED = ("sample", "unit", "item_id", "target_id")
 
 
 def write_csv(path: Path, sample: Sample) -> None:
-    """One line per unit: the inputs the judge saw, the scale, an empty `label` to fill in."""
+    """One line per unit: the inputs the judge saw, the scale, an empty `label` to fill in. A
+    cell a spreadsheet would run as a formula gets a leading ' (`to_spreadsheet`)."""
     names = list(dict.fromkeys(k for u in sample.units for k in u.inputs))
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([*CSV_FIXED, *names, "scale", "label"])
+    rows = [[*CSV_FIXED, *names, "scale", "label"]]
     for u in sample.units:
-        w.writerow(
+        rows.append(
             [sample.sample, u.unit, u.item_id, u.target_id]
             + [u.inputs.get(k, "") for k in names]
             + [" | ".join(sample.scale.labels), ""]
         )
+    # every cell: a model's answer (or an id) starting with = + - @ is not run as a formula
+    w.writerows([[to_spreadsheet(c) for c in r] for r in rows])
     from pipeline.core.io import atomic_write_text
 
     atomic_write_text(path, buf.getvalue())
@@ -484,18 +487,18 @@ def csv_labels(path: Path, sample: Sample) -> dict[str, HumanLabel]:
                     message, file=str(path), line=at, item=f"sheet row {number}", field=field
                 )
 
-            other = (row.get("sample") or "").strip()
+            other = from_spreadsheet((row.get("sample") or "").strip())
             if other and other != sample.sample:
                 raise bad(
                     f"a label of sample {other!r}, not of {sample.sample!r}: refused", "sample"
                 )
-            unit = (row.get("unit") or "").strip()
+            unit = from_spreadsheet((row.get("unit") or "").strip())
             if unit not in units:
                 raise bad(
                     f"unknown unit {unit!r}: sample {sample.sample} has {min(units)}..{max(units)}",
                     "unit",
                 )
-            raw = (row.get("label") or "").strip()
+            raw = from_spreadsheet((row.get("label") or "").strip())
             if not raw:
                 continue
             label = _on_scale(raw, sample.scale)

