@@ -36,6 +36,7 @@ and corrected score.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import io
@@ -163,6 +164,29 @@ def _experiment_id(client: Any, benchmark: str) -> str:
     return str(exp.experiment_id)
 
 
+def get_run(client: Any, run_id: str, benchmark: str) -> Any:
+    """The run `--run` names, or one line saying why not: no such run in the store (an unknown
+    or malformed id), or a run of another benchmark's experiment."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise
+        raise LfbenchError(
+            f"--run {run_id!r}: no MLflow run with this id in the project's store (copy the id"
+            f" from the run's page in `lfbench ui`, or name the run with --model)"
+        ) from None
+    exp_id = _experiment_id(client, benchmark)
+    if run.info.experiment_id != exp_id:
+        exp = client.get_experiment(run.info.experiment_id)
+        raise LfbenchError(
+            f"--run {run_id!r}: a run of experiment {exp.name!r}, not of {benchmark!r}"
+        )
+    return run
+
+
 def current_run(client: Any, benchmark: str, row_key: str) -> Any:
     """The current run of a result row (by its `lfbench.row_key`)."""
     from pipeline.stages.tracking import CURRENT, ROW_KEY
@@ -265,10 +289,44 @@ def load_sample(root: Path, name: str) -> Sample:
         raise DataError(
             f"no audit sample {name!r}: `lfbench audit sample` makes it", file=str(path)
         )
+    raw = path.read_bytes()
     try:
-        return Sample.model_validate_json(path.read_bytes())
+        sample = Sample.model_validate_json(raw)
     except ValueError as e:
         raise DataError(f"not an audit sample: {e}", file=str(path)) from e
+    _check_units(sample, raw.decode("utf-8", errors="replace"), path)
+    return sample
+
+
+def _check_units(sample: Sample, text: str, path: Path) -> None:
+    """A hand-edited sample with one unit name twice, or one verdict under two names, is
+    refused (it would count one label twice), naming the units and their lines."""
+    first: dict[str, Unit] = {}
+    verdicts: dict[tuple[str, str], Unit] = {}
+    for u in sample.units:
+        if u.unit in first:
+            at = [
+                str(n)
+                for n, line in enumerate(text.splitlines(), 1)
+                if re.search(rf'"unit"\s*:\s*{re.escape(json.dumps(u.unit))}', line)
+            ]
+            where = f"lines {' and '.join(at)}" if len(at) > 1 else "twice"
+            raise DataError(
+                f"unit {u.unit} is in the sample twice ({where}): each unit is one verdict;"
+                " rename or remove one (or make a new sample)",
+                file=str(path),
+                field="units",
+            )
+        first[u.unit] = u
+        key = (u.generation_id, u.target_id)
+        if key in verdicts:
+            raise DataError(
+                f"units {verdicts[key].unit} and {u.unit}: the same verdict ({u.target_id} of"
+                f" output {u.generation_id}) twice: remove one (or make a new sample)",
+                file=str(path),
+                field="units",
+            )
+        verdicts[key] = u
 
 
 def make_sample(
@@ -287,7 +345,7 @@ def make_sample(
     ctx = _context(bench, params, root)
     scale = Scale.of(audit.scale(ctx))
     client = _client(root)
-    run = client.get_run(run_id)
+    run = get_run(client, run_id, bench.name)
     from pipeline.stages.tracking import CURRENT, ROW_KEY
 
     if run.data.tags.get(CURRENT) != "true":
@@ -465,19 +523,80 @@ def _on_scale(value: Any, scale: Scale) -> str | None:
     return None
 
 
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))  # fmt: skip
+_DELIMITERS = (",", ";", "\t", "|")
+_SHOWN = {"\t": "tab"}
+
+
+def _sheet_text(path: Path) -> str:
+    """A filled-in sheet's text: UTF-8, or UTF-8 / UTF-16 as its byte-order mark says; other
+    bytes are an error naming the file and line (never a UnicodeDecodeError traceback)."""
+    from pipeline.core.io import read_text
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError("not found", file=str(path)) from None
+    except OSError as e:
+        raise DataError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding).lstrip("\ufeff")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"starts with a {encoding} byte-order mark but is not {encoding} text"
+                    f" ({e.reason} at byte {e.start}): save it again as 'CSV UTF-8'",
+                    file=str(path),
+                ) from None
+    try:
+        return read_text(path)
+    except DataError as e:
+        raise DataError(
+            f"{e.reason}: save the sheet as 'CSV UTF-8' (or 'Unicode Text', UTF-16)",
+            file=e.file,
+            line=e.line,
+        ) from None
+
+
+def _delimiter(text: str, path: Path) -> str:
+    """The delimiter of a sheet: the first of , ; tab | that makes a header with the `unit`
+    and `label` columns (spreadsheets save with semicolons where the decimal mark is a comma,
+    with tabs as "Unicode Text"). None does: an error naming the columns it found."""
+    first = text.split("\n", 1)[0]
+    for d in _DELIMITERS:
+        header = next(csv.reader([first], delimiter=d), [])
+        names = [from_spreadsheet(h).strip() for h in header]
+        if "unit" in names and "label" in names:
+            return d
+    # the most frequent candidate shows what the header is made of
+    d = max(_DELIMITERS, key=first.count)
+    header = [h.strip() for h in next(csv.reader([first], delimiter=d), [])]
+    missing = "unit" if "unit" not in header else "label"
+    shown = _SHOWN.get(d, d)
+    raise DataError(
+        f"no column {missing!r} in the header (read with delimiter {shown!r}, tried"
+        f" {' '.join(_SHOWN.get(x, x) for x in _DELIMITERS)}: columns"
+        f" {', '.join(repr(h) for h in header[:12]) or 'none'}); the sheet needs the columns"
+        " 'unit' and 'label' of the CSV `audit sample` wrote",
+        file=str(path),
+        line=1,
+    )
+
+
 def csv_labels(path: Path, sample: Sample) -> dict[str, HumanLabel]:
     """The filled-in labels of a CSV (the `unit` and `label` columns; an empty label is not
-    labelled yet). A line of another sample, an unknown or repeated unit, or a label off the
-    scale is an error naming the file and line."""
-    if not path.exists():
-        raise DataError("not found", file=str(path))
+    labelled yet), as the project writes it or as a spreadsheet saves it back: UTF-8 (with or
+    without a BOM) or UTF-16 with a BOM ("Unicode Text"), cells separated by commas,
+    semicolons, tabs or bars (`_delimiter`). A line of another sample, an unknown or repeated
+    unit, or a label off the scale is an error naming the file and line."""
+    text = _sheet_text(path)
+    delimiter = _delimiter(text, path)
     units = {u.unit for u in sample.units}
     out: dict[str, HumanLabel] = {}
-    with path.open(encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ("unit", "label") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"no column {missing[0]!r} in the header", file=str(path), line=1)
+    with io.StringIO(text, newline="") as fh:
+        reader = csv.DictReader(fh, delimiter=delimiter)
         line = reader.line_num + 1  # where the next record starts (a cell may hold line breaks)
         for number, row in enumerate(reader, 2):
             at, line = line, reader.line_num + 1

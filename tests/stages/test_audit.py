@@ -572,3 +572,86 @@ def test_the_csv_neutralises_formulas_and_reading_it_back_undoes_it(project: Pat
         csv.writer(fh).writerows([header, *body])
     got = csv_labels(path, sample)
     assert {u: x.label for u, x in got.items()} == {"u01": "+1", "u02": "-1", "u03": "-1"}
+
+
+def _resave(src: Path, dest: Path, encoding: str, delimiter: str) -> Path:
+    """A filled CSV as a spreadsheet saves it in another format."""
+    rows = list(csv.reader(src.open(encoding="utf-8", newline="")))
+    with dest.open("w", encoding=encoding, newline="") as fh:
+        csv.writer(fh, delimiter=delimiter).writerows(rows)
+    return dest
+
+
+def test_a_sheet_saved_as_unicode_text_or_with_semicolons_gives_the_same_labels(
+    project: Path,
+) -> None:
+    """Issue 44, point 10. Before: a UTF-16 sheet (a spreadsheet's "Unicode Text": UTF-16 with
+    a BOM, tab-separated) ended in a UnicodeDecodeError traceback; a semicolon sheet (a
+    spreadsheet in a locale with a decimal comma) said "no column 'unit'" without saying why."""
+    sample = _sample(project)
+    filled = _fill(project, _human(range(10)))
+    expected = {u: x.label for u, x in csv_labels(filled, sample).items()}
+    assert len(expected) == 10
+    for encoding, delimiter in [("utf-16", "\t"), ("utf-16", ","), ("utf-8", ";"),
+                                ("utf-8-sig", ";"), ("utf-8", "\t")]:  # fmt: skip
+        sheet = _resave(filled, project / "sheet.csv", encoding, delimiter)
+        got = {u: x.label for u, x in csv_labels(sheet, sample).items()}
+        assert got == expected, (encoding, delimiter)
+
+
+def test_a_sheet_without_the_columns_names_the_delimiter_it_read(project: Path) -> None:
+    sample = _sample(project)
+    filled = _fill(project, _human(range(10)))
+    rows = list(csv.reader(filled.open(encoding="utf-8", newline="")))
+    rows[0] = ["unité" if c == "unit" else c for c in rows[0]]
+    sheet = project / "renamed.csv"
+    with sheet.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh, delimiter=";").writerows(rows)
+    with pytest.raises(DataError) as e:
+        csv_labels(sheet, sample)
+    message = str(e.value)
+    assert (e.value.file, e.value.line) == (str(sheet), 1)
+    assert "no column 'unit'" in message and "delimiter ';'" in message, message
+    assert "'unité'" in message, message
+
+
+def test_a_sheet_that_is_neither_utf8_nor_utf16_is_refused_naming_file_and_line(
+    project: Path,
+) -> None:
+    sample = _sample(project)
+    filled = _fill(project, _human(range(10)))
+    text = filled.read_text(encoding="utf-8").replace("insight 2", "insight 2 café")
+    sheet = project / "latin1.csv"
+    sheet.write_bytes(text.encode("latin-1"))
+    with pytest.raises(DataError) as e:
+        csv_labels(sheet, sample)
+    assert e.value.file == str(sheet) and e.value.line == 6, str(e.value)
+    assert "not valid UTF-8" in str(e.value) and "UTF-16" in str(e.value)
+
+
+def test_a_hand_edited_sample_with_a_unit_twice_is_refused_naming_it(project: Path) -> None:
+    """Issue 44, point 10. Before: two units named u03 in audits/s1.json were both counted (one
+    label, two pairs: n = 10 from 9 labels)."""
+    full = _fill(project, _human(range(10)))
+    filled = project / "without_u04.csv"
+    rows = [r for r in csv.reader(full.open(encoding="utf-8", newline="")) if r[1] != "u04"]
+    with filled.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    path = project / "audits/s1.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["units"][3]["unit"] = "u03"  # u04 renamed by hand
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    lines = [n for n, x in enumerate(path.read_text().splitlines(), 1) if '"unit": "u03"' in x]
+    assert len(lines) == 2
+    with pytest.raises(DataError) as e:
+        score_sample(project, _params(), "s1", filled, n_resamples=50)
+    message = str(e.value)
+    assert e.value.file == str(path) and "unit u03" in message, message
+    assert f"lines {lines[0]} and {lines[1]}" in message, message
+
+    doc["units"][3]["unit"] = "u04"  # the same verdict under two names
+    doc["units"][3]["generation_id"] = doc["units"][2]["generation_id"]
+    doc["units"][3]["target_id"] = doc["units"][2]["target_id"]
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    with pytest.raises(DataError, match=r"units u03 and u04: the same verdict"):
+        score_sample(project, _params(), "s1", filled, n_resamples=50)
