@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 AUDITS = Path("audits")
 SAMPLE_TAG = "lfbench.audit.sample"
 UNIT_TAG = "lfbench.audit.unit"
+# the verdict a trace shows (what its labels are matched on): the output, its text hash, the target
+TRACE_OUTPUT, TRACE_SHA, TRACE_TARGET = "generation.id", "generation.sha", "target.id"
 RUN_SAMPLES = "audit.samples"  # the run's tag: the samples made of it
 PENDING = "audit.pending"  # tracking.AUDIT_PENDING: a new run of an audited row
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -478,9 +480,9 @@ def log_traces(client: Any, sample: Sample) -> Sample:
                 "lfbench.audit.scale": scale.describe(),
                 "judge.name": sample.judge,
                 "judge.prompt_sha": sample.judge_prompt_sha,
-                "generation.id": u.generation_id,
-                "generation.sha": u.generation_sha,
-                "target.id": u.target_id,
+                TRACE_OUTPUT: u.generation_id,
+                TRACE_SHA: u.generation_sha,
+                TRACE_TARGET: u.target_id,
             },
             experiment_id=exp_id,
             run_id=sample.run_id,
@@ -634,7 +636,11 @@ def csv_labels(path: Path, sample: Sample) -> dict[str, HumanLabel]:
 
 
 def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
-    """The latest valid HUMAN feedback of the scale's name on each of the sample's traces."""
+    """The latest valid HUMAN feedback of the scale's name on the sample's traces, by unit. A
+    trace's label goes to the unit whose output and target ids (and output text hash) are the
+    ones the trace carries, never by unit number alone: a sample redrawn under the same name
+    numbers other verdicts u01, u02, ..., and the labels of the earlier draw's traces apply
+    only to the verdicts they were made on (under whatever number those have now)."""
     import mlflow
 
     exp_id = _experiment_id(client, sample.benchmark)
@@ -645,14 +651,15 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
         return_type="list",
         max_results=max(1000, 2 * len(sample.units)),
     )
-    units = {u.unit: u for u in sample.units}
-    out: dict[str, HumanLabel] = {}
+    by_ids = {(u.generation_id, u.target_id): u for u in sample.units}
+    latest_of: dict[str, tuple[tuple[int, int], HumanLabel]] = {}
+    elsewhere = 0  # traces of verdicts not in this draw of the sample
     for t in traces:
-        unit = t.info.tags.get(UNIT_TAG)
-        if unit not in units:
+        tags = t.info.tags
+        u = by_ids.get((tags.get(TRACE_OUTPUT), tags.get(TRACE_TARGET)))
+        if u is None or tags.get(TRACE_SHA) != u.generation_sha:
+            elsewhere += 1
             continue
-        if units[unit].trace_id not in (None, t.info.trace_id):
-            continue  # a trace of an earlier, stopped attempt
         people = [
             a
             for a in t.info.assessments
@@ -666,7 +673,7 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
                 log.warning(
                     "trace %s (unit %s): feedback %r by %s is not named %r: not read as a label",
                     t.info.trace_id,
-                    unit,
+                    u.unit,
                     a.name,
                     a.source.source_id,
                     sample.scale.name,
@@ -680,11 +687,21 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
                 f"label {latest.value!r} by {latest.source.source_id} is off the scale"
                 f" ({' | '.join(sample.scale.labels)}): edit the assessment",
                 file=f"MLflow trace {t.info.trace_id}",
-                item=unit,
+                item=u.unit,
                 field=sample.scale.name,
             )
-        out[unit] = HumanLabel(label, f"mlflow:{latest.source.source_id}")
-    return out
+        when = (latest.last_update_time_ms or 0, latest.create_time_ms or 0)
+        if u.unit not in latest_of or when > latest_of[u.unit][0]:
+            latest_of[u.unit] = (when, HumanLabel(label, f"mlflow:{latest.source.source_id}"))
+    if elsewhere:
+        log.warning(
+            "sample %s: %d MLflow trace(s) tagged with its name are of verdicts not in it (an"
+            " earlier draw under the same name, or an output changed since): their labels are"
+            " not read",
+            sample.sample,
+            elsewhere,
+        )
+    return {unit: label for unit, (_, label) in latest_of.items()}
 
 
 # ---------------------------------------------------------------- score

@@ -655,3 +655,55 @@ def test_a_hand_edited_sample_with_a_unit_twice_is_refused_naming_it(project: Pa
     path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
     with pytest.raises(DataError, match=r"units u03 and u04: the same verdict"):
         score_sample(project, _params(), "s1", filled, n_resamples=50)
+
+
+def test_labels_of_an_earlier_draw_apply_only_to_the_verdicts_they_were_made_on(
+    project: Path,
+) -> None:
+    """Issue 44, point 4. A sample redrawn under the same name (its file deleted, another
+    seed, --no-traces) numbers other verdicts u01..u10. Before: the old traces' HUMAN labels
+    were read by unit number (10 of 10 "labelled", on verdicts nobody saw). Now a trace's label
+    goes to the unit with the output and target ids the trace carries: the 5 verdicts both draws
+    share keep their labels, under their new numbers."""
+    import mlflow
+    from mlflow.entities import AssessmentSource, AssessmentSourceType
+
+    client = _client(project)
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    first = log_traces(client, _sample(project))  # units u01..u10: verdicts 0..9
+    for k, u in enumerate(first.units):
+        assert u.trace_id is not None
+        mlflow.log_feedback(
+            trace_id=u.trace_id,
+            name="coverage",
+            value=LABEL[HUMAN[k]],
+            source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="ann"),
+        )
+    # the redraw: verdicts 5..14 (summaries 1 and 2) as u01..u10, no traces of its own
+    gens = {g.item_id: g for g in _read(project, "generations/summhay/published.jsonl", Generation)}
+    judged = _read(project, f"judgements/summhay/published/{JUDGE_NAME}.jsonl", Judgement)
+    verdicts = [(j, v) for j in judged for v in j.verdicts]
+    units = []
+    for n, k in enumerate(range(5, 15), 1):
+        j, v = verdicts[k]
+        g = gens[j.item_id]
+        units.append(
+            Unit(
+                unit=f"u{n:02d}", item_id=g.item_id, generation_id=g.generation_id,
+                generation_sha=text_sha(g.text), target_id=v.target_id, judge_label=v.label,
+                inputs={"insight": f"insight {k}", "summary": g.text or ""},
+            )
+        )  # fmt: skip
+    redrawn = _sample(project).model_copy(update={"units": units, "seed": 1})
+    (project / "audits/s1.json").write_text(redrawn.model_dump_json(), encoding="utf-8")
+    result = score_sample(project, _params(), "s1", n_resamples=50)
+    assert result["audit.n"] == 5  # verdicts 5..9, labelled as old u06..u10
+    shared = [(JUDGE[k], HUMAN[k]) for k in range(5, 10)]
+    assert result["audit.exact_agreement"] == pytest.approx(
+        sum(a == b for a, b in shared) / len(shared)
+    )
+    assert "5 of 10 units labelled" in result["labels"]
+
+
+def _read(root: Path, rel: str, model: Any) -> list[Any]:
+    return [model.model_validate_json(x) for x in (root / rel).read_text().splitlines() if x]
