@@ -60,7 +60,6 @@ from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.metrics.audit import (
     Estimate,
     audit_kappa,
-    classical_mean,
     ppi_mean,
     systematic_sample,
 )
@@ -717,6 +716,8 @@ class Pairs:
     judge: list[str]
     human: list[str]
     labelled_weights: list[float] | None
+    # the labelled units are among the run's (a sample of it), not other outputs' (released)
+    in_population: bool = True
 
 
 def audit_numbers(
@@ -742,27 +743,25 @@ def audit_numbers(
         return out
     fl = [v[x] for x in pairs.judge]
     hl = [v[x] for x in pairs.human]
-    ppi = ppi_mean(
-        pairs.values,
-        fl,
-        hl,
-        weights_all=pairs.weights,
-        weights_labelled=pairs.labelled_weights,
-    )
+    common: dict[str, Any] = {
+        "weights_all": pairs.weights,
+        "weights_labelled": pairs.labelled_weights,
+        "labelled_in_population": pairs.in_population,
+        "bounds": (min(v.values()), max(v.values())),  # a mean of unit values stays in there
+    }
+    ppi = ppi_mean(pairs.values, fl, hl, **common)
+    # the labels alone: the same estimator with the judge's weight 0 (the same correction)
+    human = ppi_mean(pairs.values, fl, hl, lam=0.0, **common)
     if pairs.weights is None:
         judge_mean = sum(pairs.values) / len(pairs.values)
-        human = classical_mean(hl)
     else:
         w = pairs.weights
         judge_mean = sum(a * b for a, b in zip(pairs.values, w, strict=True)) / sum(w)
-        # the human-only interval of a weighted mean: the same estimator without the judge
-        lw = pairs.labelled_weights or []
-        scale_w = len(lw) / sum(lw)
-        human = classical_mean([h * x * scale_w for h, x in zip(hl, lw, strict=True)])
     return {
         **out,
         "audit.judge_mean": judge_mean,
         **_est(f"audit.{scale.metric}_ppi", ppi),
+        "audit.lambda": ppi.lam,
         **_est("audit.human_mean", human),
     }
 
@@ -969,6 +968,7 @@ def score_released(
             judge=[x.judge_label for x in usable if x.judge_label is not None],
             human=[x.human_label for x in usable],
             labelled_weights=lw if scale.per_item else None,
+            in_population=False,
         )
         numbers = audit_numbers(scale, pairs, n_resamples=n_resamples, seed=seed)
         keys_text = ", ".join(f"{k} {v}" for k, v in sorted(usable[0].keys.items()))

@@ -11,9 +11,9 @@ import json
 import math
 import shutil
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pipeline.core.errors import DataError, LfbenchError
@@ -38,6 +38,8 @@ JUDGE = "FFFPPNNNFP"  # the judge on the 10 sampled units
 HUMAN = "FPFPNNNFFN"  # the person on them
 OTHERS = "FFPNNNPFFN"  # the judge on the row's 10 other units
 JUDGE_NAME = "published-gpt-4o"
+LAMBDA = 10000 / 17250  # the judge's weight on the 10-unit audit (tests/metrics/test_audit.py)
+PPI = 50 - 2.5 * LAMBDA  # its corrected coverage
 ROW = "summhay|news|released|paper|sysA|oracle|published-gpt-4o|published"
 
 
@@ -209,21 +211,26 @@ def _params() -> Any:
 def test_a_ten_unit_audit_from_a_csv_logs_kappa_and_the_corrected_score(project: Path) -> None:
     filled = _fill(project, _human(range(10)))
     result = score_sample(project, _params(), "s1", filled, n_resamples=200)
-    # by hand (tests/metrics/test_audit.py): kappa (0.6 - 0.34) / 0.66, coverage 52.5 - 5
+    # by hand (tests/metrics/test_audit.py): kappa (0.6 - 0.34) / 0.66; the judge's weight
+    # lambda = cov / var f = 10000 / 17250, coverage 50 - 2.5 lambda, 10 of the 20 labelled
     assert result["audit.kappa"] == pytest.approx(0.26 / 0.66)
     assert result["audit.n"] == 10 and result["audit.n_units"] == 20
     assert result["audit.judge_mean"] == pytest.approx(52.5)
-    assert result["audit.coverage_ppi"] == pytest.approx(47.5)
-    z = NormalDist().inv_cdf(0.975)
-    se = math.sqrt(37375 / 19 / 20 + 17250 / 9 / 10)
-    assert result["audit.coverage_ppi_ci_high"] == pytest.approx(47.5 + z * se)
+    assert result["audit.lambda"] == pytest.approx(LAMBDA)
+    assert result["audit.coverage_ppi"] == pytest.approx(PPI)
+    z = 2.262157  # Student's t, 97.5%, 9 degrees of freedom (n = 10)
+    se = math.sqrt(0.5 * (20000 - 10000**2 / 17250) / 9 / 10)
+    assert result["audit.coverage_ppi_ci_high"] == pytest.approx(PPI + z * se)
+    assert result["audit.human_mean_ci_high"] == pytest.approx(
+        50 + z * math.sqrt(0.5 * 20000 / 9 / 10)
+    )
     run = _client(project).get_run(result["run_id"])
     assert run.data.metrics["audit.kappa"] == pytest.approx(0.26 / 0.66)
-    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)
     assert run.data.tags["audit.sample"] == "s1"
     assert "10 of 10 units labelled (csv 10)" in run.data.tags["audit.source"]
     saved = json.loads((project / "audits/s1.score.json").read_text())
-    assert saved["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert saved["audit.coverage_ppi"] == pytest.approx(PPI)
 
 
 def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
@@ -265,7 +272,7 @@ def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
     person(range(6, 10))
     second = score_sample(project, _params(), "s1", n_resamples=100)
     assert second["run_id"] == first["run_id"]
-    assert second["audit.n"] == 10 and second["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert second["audit.n"] == 10 and second["audit.coverage_ppi"] == pytest.approx(PPI)
     run = client.get_run(first["run_id"])
     assert run.data.metrics["audit.n"] == 10
     assert [m.value for m in client.get_metric_history(first["run_id"], "audit.n")] == [6, 10]
@@ -328,14 +335,14 @@ def test_the_audit_survives_later_syncs_of_its_row(project: Path) -> None:
     assert (again.created, again.skipped) == (0, 1)
     run = client.get_run(run_id)
     assert run.data.tags["lfbench.current"] == "true"
-    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)
 
     # the row's result changes: a new run, marked as having an audit to carry over
     changed = sync("summhay", [_spec(60.0)], project, producer="summhay-aggregate")
     assert (changed.created, changed.superseded) == (1, 1)
     old = client.get_run(run_id)
     new_id = old.data.tags["lfbench.superseded_by"]
-    assert old.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)  # history kept
+    assert old.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)  # history kept
     new = client.get_run(new_id)
     assert new.data.tags["audit.pending"] == "s1"
     assert not any(k.startswith("audit.") and k != "audit.pending" for k in new.data.tags)
@@ -344,7 +351,7 @@ def test_the_audit_survives_later_syncs_of_its_row(project: Path) -> None:
     assert moved["run_id"] == new_id
     new = client.get_run(new_id)
     assert "audit.pending" not in new.data.tags
-    assert new.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert new.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)
 
 
 def test_log_audit_writes_nan_for_an_undefined_figure(project: Path) -> None:
@@ -430,11 +437,20 @@ def test_released_labels_give_a_released_systems_row_its_own_audit(
     assert result["run_name"] == "gpt-4o / oracle / published-gpt-4o"
     assert result["audit.n"] == 28
     assert result["audit.kappa"] == pytest.approx(cohen_kappa_score(js, hs))
-    rectifier = sum(value[h] - value[j] for j, h in pairs) / 28
-    assert result["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
+    # the judge's weight: cov(person, judge) / var(judge) on the 28, in [0, 1]
+    jv = np.asarray([value[j] for j, _ in pairs])
+    hv = np.asarray([value[h] for _, h in pairs])
+    lam = min(max(float(np.cov(hv, jv)[0, 1] / np.var(jv, ddof=1)), 0.0), 1.0)
+    corrected = lam * 52.5 + float(np.mean(hv - lam * jv))
+    assert result["audit.lambda"] == pytest.approx(lam)
+    assert result["audit.coverage_ppi"] == pytest.approx(corrected)
+    # labels on other outputs: no finite-population correction, the factor 1 + 28 / 20
+    z = 2.051831  # Student's t, 97.5%, 27 degrees of freedom (n = 28)
+    half = z * math.sqrt((1 + 28 / 20) * np.var(hv - lam * jv, ddof=1) / 28)
+    assert result["audit.coverage_ppi_ci_high"] == pytest.approx(min(corrected + half, 100.0))
     assert "28 verdicts on other outputs of gpt-4o / oracle (domain news)" in result["labels"]
     run = _client(tmp_path).get_run(result["run_id"])
-    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(corrected)
     assert run.data.tags["audit.sample"] == "released:eval_benchmark_data.json"
 
 
