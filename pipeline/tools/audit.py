@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.benchmark import AnyBenchmark, Audit, AuditScale, Context, PriorLabel
@@ -372,7 +373,10 @@ def make_sample(
         raise LfbenchError(f"sample name {name!r}: letters, digits, '.', '_' and '-' only")
     width = len(str(n))
     units = []
-    for k, i in enumerate(picked, 1):
+    # numbered in a seeded random order, not in file order: the first k units a person labels
+    # (u01, u02, ...) are then a random subset of the drawn ones, not the first outputs' verdicts
+    order = [picked[int(j)] for j in np.random.default_rng([seed, 1]).permutation(len(picked))]
+    for k, i in enumerate(order, 1):
         v = population[i]
         g = v.generation
         units.append(
@@ -420,9 +424,12 @@ def make_sample(
 
 
 def _plain(s: Sample) -> dict[str, Any]:
+    """A sample as a draw: its verdicts, whatever their numbers and traces."""
     d = s.model_dump(mode="json")
     for u in d["units"]:
         u.pop("trace_id")
+        u.pop("unit")
+    d["units"].sort(key=lambda u: (u["generation_id"], u["target_id"]))
     return d
 
 
@@ -865,6 +872,13 @@ def score_sample(
         + ")",
         **numbers,
     }
+    if len(labelled) < len(sample.units):
+        result["warning"] = (
+            f"{len(labelled)} of the {len(sample.units)} drawn units are labelled: the interval"
+            " assumes the labelled ones are a random subset of the drawn ones (label them in"
+            " unit order, u01 first: the units are numbered in a random order), or label all"
+        )
+        log.warning("audit sample %s: %s", name, result["warning"])
     if log_run:
         tags = {
             "audit.sample": name,
@@ -1063,4 +1077,6 @@ def render(results: Sequence[Mapping[str, Any]]) -> str:
                 f" people alone {_f(r['audit.human_mean'])} [{_f(r['audit.human_mean_ci_low'])},"
                 f" {_f(r['audit.human_mean_ci_high'])}]"
             )
+        if r.get("warning"):
+            lines.append(f"  warning: {r['warning']}")
     return "\n".join(lines) + "\n"

@@ -723,3 +723,52 @@ def test_labels_of_an_earlier_draw_apply_only_to_the_verdicts_they_were_made_on(
 
 def _read(root: Path, rel: str, model: Any) -> list[Any]:
     return [model.model_validate_json(x) for x in (root / rel).read_text().splitlines() if x]
+
+
+def test_units_are_numbered_in_a_seeded_random_order_so_the_first_ones_are_a_random_subset(
+    project: Path,
+) -> None:
+    """Issue 44, point 13. Before: units were numbered in file order, so the first k a person
+    labels were the first outputs' verdicts (one haystack). Every verdict of the 4 summaries x 5
+    insights drawn (n = N): the numbering is seeded, and u01..u05 seldom come from one summary
+    (in file order they always did)."""
+    from pipeline.core import registry
+    from pipeline.tools.audit import make_sample
+
+    client = _client(project)
+    (run,) = client.search_runs([client.get_experiment_by_name("summhay").experiment_id])
+    bench = registry.get("summhay")
+    one_output = 0
+    seeds = range(30)
+    for seed in seeds:
+        sample, _ = make_sample(
+            project, _params(), bench, run.info.run_id, 20, seed, f"all-s{seed}", traces=False
+        )
+        assert [u.unit for u in sample.units] == [f"u{k:02d}" for k in range(1, 21)]
+        first = {u.generation_id for u in sample.units[:5]}
+        one_output += len(first) == 1
+        rows = list(csv.DictReader((project / f"audits/all-s{seed}.csv").open(encoding="utf-8")))
+        assert [r["unit"] for r in rows] == [u.unit for u in sample.units]  # labelled top-down
+    again, _ = make_sample(project, _params(), bench, run.info.run_id, 20, 0, "all-s0-again",
+                           traces=False)  # fmt: skip
+    first_draw = Sample.model_validate_json((project / "audits/all-s0.json").read_bytes())
+    assert [(u.unit, u.target_id) for u in again.units] == [
+        (u.unit, u.target_id) for u in first_draw.units
+    ]
+    # 5 of 20 verdicts in a random order all from one of 4 summaries: 4 * C(5,5) / C(20,5)
+    assert one_output < len(seeds) / 2
+
+
+def test_a_partly_labelled_sample_says_the_interval_assumes_a_random_subset(
+    project: Path,
+) -> None:
+    filled = _fill(project, _human(range(6)))
+    result = score_sample(project, _params(), "s1", filled, n_resamples=50)
+    assert result["audit.n"] == 6
+    assert "6 of the 10 drawn units are labelled" in result["warning"]
+    assert "random subset" in result["warning"]
+    from pipeline.tools.audit import render
+
+    assert result["warning"] in render([result])
+    full = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
+    assert full.get("warning") is None
