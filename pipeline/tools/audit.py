@@ -6,14 +6,17 @@ against an answer), seeded and stratified (`pipeline.metrics.audit.systematic_sa
 puts each where a person can label it:
 
 - an MLflow trace linked to the row's run: its inputs are what the judge saw (the benchmark's
-  `Audit.view`) and the label scale, its output the judge's verdict, which is also logged as
-  the judge's assessment (source LLM_JUDGE); a person adds a feedback assessment of the same
-  name (source HUMAN) in the UI's trace view;
+  `Audit.view`) and the label scale; blind: nothing on it says what the judge decided (its
+  output says what to give); a person adds a feedback assessment named after the scale (source
+  HUMAN) in the UI's trace view, read back by the output and target ids the trace carries;
 - a CSV file (`audits/<sample>.csv`) to fill in a spreadsheet: one line per unit, the inputs,
-  an empty `label` column.
+  an empty `label` column (blind too; a cell a spreadsheet would run as a formula starts
+  with ').
 
-The sample itself is `audits/<sample>.json`: the run, the judge's prompt hash, and per unit the
-generation id with a hash of its text, the reference unit and the judge's label. Nothing about
+Units are numbered in a seeded random order, so the first k a person labels are a random
+subset of the draw. The sample itself is `audits/<sample>.json`: the run, the judge's prompt
+hash, and per unit the generation id with a hash of its text, the reference unit and the
+judge's label (`audit score` takes the judge's labels from the run's judgements). Nothing about
 it changes the run's metrics or identity: the run gets an `audit.samples` tag, and `audit.*`
 tags and metrics are left out of what the MLflow sync compares (`tracking.stored_fingerprint`).
 
@@ -22,9 +25,10 @@ given with `--labels`, which wins where both label a unit), checks that they sti
 row's judge has the sample's prompt hash and every sampled output its text hash: labels made for
 another judge version or another output are refused, by name), and computes, on the current
 run of the row: the judge's Cohen's kappa against the person with a bootstrap interval and n;
-the prediction-powered estimate of the metric the verdicts make (`Audit.scale().metric`) with
-its 95% interval (`pipeline.metrics.audit.ppi_mean`), and the interval of the human labels
-alone. It logs them on the run (`audit.kappa`, `audit.n`, `audit.<metric>_ppi` with
+the power-tuned prediction-powered estimate of the metric the verdicts make
+(`Audit.scale().metric`) with its 95% interval (`pipeline.metrics.audit.ppi_mean`), the interval
+of the human labels alone, the judge-by-person confusion matrix and the units where they
+disagree. It logs the figures on the run (`audit.kappa`, `audit.n`, `audit.<metric>_ppi` with
 `_ci_low/_ci_high`, ...) and writes `audits/<sample>.score.json`, which `lfbench report` shows.
 Re-running it after more labels updates the same run.
 
@@ -461,10 +465,11 @@ def write_csv(path: Path, sample: Sample) -> None:
 
 
 def log_traces(client: Any, sample: Sample) -> Sample:
-    """One trace per unit not traced yet, linked to the sample's run: inputs, the judge's
-    verdict as output and as its assessment, the scale named in the trace."""
+    """One trace per unit not traced yet, linked to the sample's run: the inputs the judge saw
+    and the scale. Blind: nothing on the trace says what the judge decided (its output is what
+    to do, not the verdict; no judge assessment); `audit score` takes the judge's labels from
+    the run's judgements, and the sample file keeps them."""
     import mlflow
-    from mlflow.entities import AssessmentSource, AssessmentSourceType
 
     exp_id = _experiment_id(client, sample.benchmark)
     scale = sample.scale
@@ -472,6 +477,7 @@ def log_traces(client: Any, sample: Sample) -> Sample:
         f"Add a feedback assessment named {scale.name!r} with one of: "
         f"{', '.join(scale.labels)} ({scale.meaning})"
     )
+    todo = f"yours to give: add feedback named {scale.name!r} (the label scale is an input)"
     done = []
     for u in sample.units:
         if u.trace_id is not None:
@@ -493,20 +499,9 @@ def log_traces(client: Any, sample: Sample) -> Sample:
             experiment_id=exp_id,
             run_id=sample.run_id,
         )
-        client.end_trace(span.trace_id, outputs={"verdict": u.judge_label})
+        client.end_trace(span.trace_id, outputs={"label": todo})
         done.append(u.model_copy(update={"trace_id": span.trace_id}))
     mlflow.flush_trace_async_logging()
-    for old, new in zip(sample.units, done, strict=True):
-        if old.trace_id is None and new.trace_id is not None:
-            mlflow.log_feedback(
-                trace_id=new.trace_id,
-                name=scale.name,
-                value=new.judge_label,
-                source=AssessmentSource(
-                    source_type=AssessmentSourceType.LLM_JUDGE, source_id=sample.judge
-                ),
-                rationale=f"judge {sample.judge} (prompt sha {sample.judge_prompt_sha[:12]})",
-            )
     run = client.get_run(sample.run_id)
     names = {x for x in run.data.tags.get(RUN_SAMPLES, "").split(",") if x}
     if sample.sample not in names:
@@ -773,6 +768,15 @@ def audit_numbers(
     }
 
 
+def confusion(labels: Sequence[str], judge: Sequence[str], human: Sequence[str]) -> dict[str, Any]:
+    """The judge's labels (rows) against the person's (columns), counts in the scale's order."""
+    at = {x: i for i, x in enumerate(labels)}
+    counts = [[0] * len(labels) for _ in labels]
+    for j, h in zip(judge, human, strict=True):
+        counts[at[j]][at[h]] += 1
+    return {"labels": list(labels), "counts": counts}
+
+
 def _est(name: str, e: Estimate) -> dict[str, float | None]:
     return {name: e.estimate, f"{name}_ci_low": e.low, f"{name}_ci_high": e.high}
 
@@ -871,6 +875,19 @@ def score_sample(
         + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))
         + ")",
         **numbers,
+        "confusion": confusion(scale.labels, pairs.judge, pairs.human),
+        "disagreements": [
+            {
+                "unit": u.unit,
+                "item_id": u.item_id,
+                "output": u.generation_id,
+                "target": u.target_id,
+                "judge": j,
+                "person": h,
+            }
+            for u, j, h in zip(labelled, pairs.judge, pairs.human, strict=True)
+            if j != h
+        ],
     }
     if len(labelled) < len(sample.units):
         result["warning"] = (
@@ -1001,6 +1018,19 @@ def score_released(
             "row_metric": run.data.metrics.get(scale.metric) if scale.metric else None,
             "labels": source,
             **numbers,
+            "confusion": confusion(scale.labels, pairs.judge, pairs.human),
+            "disagreements": [
+                {
+                    "unit": x.unit,
+                    "item_id": "",
+                    "output": x.unit.rsplit("#", 1)[0],
+                    "target": x.unit.rsplit("#", 1)[-1],
+                    "judge": x.judge_label,
+                    "person": x.human_label,
+                }
+                for x in usable
+                if x.judge_label != x.human_label
+            ],
         }
         results.append(result)
         if log_run:
@@ -1055,6 +1085,28 @@ def _f(x: Any, digits: int = 2) -> str:
     return f"{float(x):.{digits}f}"
 
 
+def _render_confusion(r: Mapping[str, Any]) -> list[str]:
+    """The judge-by-person table and the units where they disagree (to look at, one by one)."""
+    c = r.get("confusion")
+    if not c:
+        return []
+    labels, counts = c["labels"], c["counts"]
+    first = max(len("judge \\ person"), *(len(x) for x in labels))
+    cell = max(len(x) for x in labels)
+    lines = [
+        "  judge \\ person".ljust(first + 2) + " |" + "".join(f" {x:>{cell}}" for x in labels),
+    ]
+    for label, row in zip(labels, counts, strict=True):
+        lines.append(f"  {label:<{first}} |" + "".join(f" {k:>{cell}}" for k in row))
+    wrong = r.get("disagreements") or []
+    if wrong:
+        lines.append(f"  where they disagree ({len(wrong)}):")
+        for d in wrong:
+            where = f"output {d['output']}, target {d['target']}"
+            lines.append(f"    {d['unit']}  {where}: judge {d['judge']}, person {d['person']}")
+    return lines
+
+
 def render(results: Sequence[Mapping[str, Any]]) -> str:
     """One block per audited run: kappa, the judge's score and the corrected one."""
     if not results:
@@ -1073,10 +1125,12 @@ def render(results: Sequence[Mapping[str, Any]]) -> str:
             lines.append(
                 f"  {r['metric']}: judge {_f(r['audit.judge_mean'])} on"
                 f" {int(r['audit.n_units'])} verdicts (the row: {_f(r.get('row_metric'))});"
-                f" corrected {_f(r[m])} [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}];"
+                f" corrected {_f(r[m])} [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}]"
+                f" (judge's weight {_f(r.get('audit.lambda'))});"
                 f" people alone {_f(r['audit.human_mean'])} [{_f(r['audit.human_mean_ci_low'])},"
                 f" {_f(r['audit.human_mean_ci_high'])}]"
             )
         if r.get("warning"):
             lines.append(f"  warning: {r['warning']}")
+        lines += _render_confusion(r)
     return "\n".join(lines) + "\n"

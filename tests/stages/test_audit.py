@@ -247,8 +247,7 @@ def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
     assert all(traces.values())
     trace = mlflow.get_trace(traces["u01"])
     assert trace.info.request_metadata["mlflow.sourceRun"] == sample.run_id
-    judged = [a for a in trace.info.assessments if a.source.source_type == "LLM_JUDGE"]
-    assert [(a.name, a.value) for a in judged] == [("coverage", "FULL_COVERAGE")]
+    assert trace.info.assessments == []  # blind: the judge's verdict is not on the trace
 
     def person(units: range) -> None:
         for unit, label in _human(units).items():
@@ -525,12 +524,14 @@ def test_a_sample_of_a_runs_verdicts_as_traces_and_a_csv_changes_nothing_of_the_
         assert t.info.request_metadata["mlflow.sourceRun"] == run.info.run_id
         assert t.info.tags["lfbench.audit.sample"] == "m"
         assert t.info.tags["lfbench.audit.scale"].startswith("coverage: FULL_COVERAGE |")
-        (judged,) = t.info.assessments
-        assert (judged.name, judged.value, judged.source.source_type) == (
-            "coverage",
-            unit.judge_label,
-            "LLM_JUDGE",
-        )
+        # blind (issue 44, point 14): neither the trace's output nor an assessment nor a tag
+        # tells the labeller what the judge said (before: the verdict as the trace's output,
+        # shown in the trace list, and as an LLM_JUDGE assessment)
+        assert t.info.assessments == []
+        full = mlflow.get_trace(t.info.trace_id)
+        shown = json.dumps(full.data.response) + json.dumps(full.info.response_preview or "")
+        assert unit.judge_label not in shown and "verdict" not in shown, shown
+        assert unit.judge_label not in t.info.tags.values()
     assert client.get_run(run.info.run_id).data.tags["audit.samples"] == "m"
 
     again, _ = make_sample(tmp_path, _params(), bench, run.info.run_id, 2, seed=0, name="m")
@@ -772,3 +773,39 @@ def test_a_partly_labelled_sample_says_the_interval_assumes_a_random_subset(
     assert result["warning"] in render([result])
     full = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
     assert full.get("warning") is None
+
+
+def test_audit_score_prints_the_confusion_matrix_and_the_disagreeing_units(
+    project: Path,
+) -> None:
+    """Issue 44, point 14. Before: a kappa and intervals, nothing a person can act on."""
+    from pipeline.tools.audit import render
+
+    result = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
+    labels = [LABEL[x] for x in "FPN"]
+    # judge rows F P N x person columns F P N (tests/metrics/test_audit.py): 3 1 0; 0 1 2; 1 0 2
+    assert result["confusion"] == {"labels": labels, "counts": [[3, 1, 0], [0, 1, 2], [1, 0, 2]]}
+    wrong = [k for k in range(10) if JUDGE[k] != HUMAN[k]]
+    sample = _sample(project)
+    assert result["disagreements"] == [
+        {
+            "unit": sample.units[k].unit,
+            "item_id": sample.units[k].item_id,
+            "output": sample.units[k].generation_id,
+            "target": sample.units[k].target_id,
+            "judge": LABEL[JUDGE[k]],
+            "person": LABEL[HUMAN[k]],
+        }
+        for k in wrong
+    ]
+    text = render([result])
+    assert "judge \\ person" in text
+    row = next(
+        x for x in text.splitlines() if x.strip().startswith("PARTIAL_COVERAGE") and "|" in x
+    )
+    assert row.split("|")[1].split() == ["0", "1", "2"], text
+    for k in wrong:
+        u = sample.units[k]
+        line = next(x for x in text.splitlines() if x.strip().startswith(u.unit + " "))
+        assert u.generation_id in line and u.target_id in line, line
+        assert f"judge {LABEL[JUDGE[k]]}" in line and f"person {LABEL[HUMAN[k]]}" in line, line
