@@ -1103,7 +1103,9 @@ def _render_confusion(r: Mapping[str, Any]) -> list[str]:
         lines.append(f"  where they disagree ({len(wrong)}):")
         for d in wrong:
             where = f"output {d['output']}, target {d['target']}"
-            lines.append(f"    {d['unit']}  {where}: judge {d['judge']}, person {d['person']}")
+            if d["unit"] != f"{d['output']}#{d['target']}":  # a released label's unit is that
+                where = f"{d['unit']}  {where}"
+            lines.append(f"    {where}: judge {d['judge']}, person {d['person']}")
     return lines
 
 

@@ -218,3 +218,27 @@ def test_sample_sizes_are_checked() -> None:
     with pytest.raises(ValueError, match="cannot draw"):
         systematic_sample(["F"] * 3, ["a"] * 3, 4, 0)
     assert systematic_sample(["F", "N"], ["a", "b"], 2, 0) == [0, 1]
+
+
+def test_the_readme_s_coverage_study_is_the_stored_result() -> None:
+    """Issue 44, point 15. Before: the README's table was typed in by hand and drifted from the
+    code (the local judge's mean 56.34 in the README, 56.06 from the code; coverage 94.5%
+    against 96.5% at n = 30). The table between the README's markers is what
+    `perf/audit_coverage.py --write-readme` makes of the stored `perf/audit_coverage.json`."""
+    import importlib.util
+    import json
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("audit_coverage", ROOT / "perf/audit_coverage.py")
+    assert spec is not None and spec.loader is not None
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    results = json.loads((ROOT / "perf/audit_coverage.json").read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert study.readme_table(readme) == study.readme_block(results)
+    # and what the README says of it holds: every judge's corrected interval covers in at
+    # least 93% of the draws, never wider on average than the people-alone one
+    for r in results:
+        assert r["ppi"]["coverage"] >= 0.93, r
+        assert r["ppi"]["mean_width"] <= r["human"]["mean_width"], r
