@@ -960,13 +960,20 @@ def worker(scheduler: str, clone: Path, jobs: int, name: str | None) -> None:
 
 
 @cli.command()
-def prune() -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also remove outputs whose content is not in the DVC cache (edited by hand), after"
+    " saving them in the cache.",
+)
+def prune(force: bool) -> None:
     """Drop what stages no longer in dvc.yaml left behind (a model or judge removed from
-    params.yaml): their dvc.lock entries and their outputs in the workspace (not in the DVC
-    cache). `lfbench repro` does it first."""
+    params.yaml): their dvc.lock entries and their outputs in the workspace (they stay in the
+    DVC cache). An output whose content is not in the cache is refused: nothing is pruned
+    (--force saves it in the cache first). `lfbench repro` does it first."""
     from pipeline.tools.parallel import prune_workspace
 
-    gone = prune_workspace(Path.cwd())
+    gone = prune_workspace(Path.cwd(), force=force)
     click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
 
 

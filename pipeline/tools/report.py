@@ -101,8 +101,10 @@ def _audits(root: Path, kappa: dict[tuple[str, str], str]) -> list[str]:
         " released with the benchmark, on other outputs of the same system and setting). Audit"
         " kappa: the judge against them on those verdicts, beside its kappa against people"
         " measured once (metrics/agreement.json). Corrected: the prediction-powered estimate of"
-        " the run's metric (the judge on every verdict, corrected by the mean person-minus-judge"
-        " difference on the labelled ones); people alone: the same labels without the judge.",
+        " the run's metric (lambda times the judge's mean on every verdict, plus the mean of"
+        " person minus lambda times judge on the labelled ones; lambda in [0, 1], chosen on the"
+        " labels, is never worse than the labels alone); people alone: the same labels without"
+        " the judge.",
         "",
         *table(head, body),
         "",
