@@ -18,15 +18,16 @@ then serve it (llama-cpp-python's server, `make setup-llm`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from pipeline.retrieval.dense import MAX_SEQ_LENGTH, model_dir
+from pipeline.retrieval.dense import model_dir
 
 PHANTOM_SPACE = "\u2581"
 # HF names that llama.cpp's BERT graph does not use (the pooler is for next-sentence training)
@@ -99,6 +100,40 @@ def convert(out: Path, directory: Path | None = None) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def serve(gguf_path: Path, log: Path, alias: str = "minilm", threads: int = 2) -> Iterator[str]:
+    """llama-cpp-python's server of the file's embeddings on loopback, while the block runs:
+    its base URL (`make setup-llm` installs the server)."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    args = server_args(gguf_path, port, alias)
+    args[args.index("--n_threads") + 1] = str(threads)
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}/v1"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"llama.cpp's server ended: {log.read_text()[-2000:]}")
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(f"{base}/models", timeout=2)
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("llama.cpp's server did not start in 120 s")
+                time.sleep(0.5)
+            yield base
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def server_args(gguf_path: Path, port: int, alias: str = "minilm") -> list[str]:
     """The command line of llama-cpp-python's server serving the file's embeddings: one
     sequence of at most 512 tokens (BERT's positions) per batch slot."""
@@ -120,6 +155,3 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-# what a window of the dense retriever holds, for the servers started from this file
-assert MAX_SEQ_LENGTH <= 512
