@@ -380,12 +380,121 @@ def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
     )
     real = parallel.DvcSide._dump_lock
 
-    def slow(self: Any, data: Any) -> None:
+    def slow(self: Any, data: Any, path: Path | None = None) -> None:
         time.sleep(1.5)
-        real(self, data)
+        real(self, data, path)
 
     monkeypatch.setattr(parallel.DvcSide, "_dump_lock", slow)
     monkeypatch.chdir(proj)
     result = parallel.Repro(proj, ["f"], jobs=2).run()
     assert result.ok
     assert "a" in json.loads((proj / "out/f.json").read_text())
+
+
+READER = textwrap.dedent(
+    """
+    import json, sys, pathlib, time
+    from pipeline.core.lineage import dvc_lock_entry
+    root, last, stop = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+    reads = bad = 0
+    first = None
+    while not stop.exists():
+        reads += 1
+        try:
+            if dvc_lock_entry(root, last) is None:
+                bad += 1
+        except Exception as e:  # a half-written file: a YAML error, as the aggregate saw
+            bad += 1
+            first = first or f"{type(e).__name__}: {e}"[:200]
+        time.sleep(0.005)
+    print(json.dumps({"reads": reads, "bad": bad, "first": first}))
+    """
+)
+
+
+def _big_lock(n: int) -> dict[str, Any]:
+    """A dvc.lock of `n` stages, each with a few dependencies and outputs (the 8-model perf run's
+    is about 200 kB: DVC's writer takes most of a second to dump it)."""
+
+    def entry(i: int) -> dict[str, Any]:
+        return {
+            "cmd": f"python step.py s{i} out/s{i}.json",
+            "deps": [
+                {"path": f"in/{k}.json", "hash": "md5", "md5": f"{i:08d}{k:024d}", "size": i + k}
+                for k in range(3)
+            ],
+            "params": {"params.yaml": {f"models.m{i}.temperature": 0.5}},
+            "outs": [{"path": f"out/s{i}.json", "hash": "md5", "md5": f"{i:032d}", "size": i}],
+        }
+
+    return {"schema": "2.0", "stages": {f"s{i}": entry(i) for i in range(n)}}
+
+
+def test_a_stage_reading_dvc_lock_never_sees_the_driver_s_write_half_done(tmp_path: Path) -> None:
+    """The driver rewrites dvc.lock whenever stages finish, while other stages run and read it
+    (an aggregate's lineage: `dvc_lock_entry`). A reader hammering the file from another process
+    while the driver writes it over and over must always find a whole file (the bug: DVC's
+    `dump_yaml` rewrote it in place, and an aggregate failed on `yaml.scanner.ScannerError`)."""
+    from dvc.repo import Repo
+
+    from pipeline.tools.parallel import DvcSide
+
+    proj = toy(tmp_path / "p", diamond())
+    lock = _big_lock(150)
+    (proj / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen(
+        [str(Path(os.sys.executable)), "-c", READER, str(proj), "s149", str(stop)],
+        env=run_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)  # the reader is reading
+        with Repo(str(proj)) as repo:
+            dvc = DvcSide(repo)
+            for n in range(3):  # as batches of stages finish
+                entry = dict(lock["stages"][f"s{n}"], cmd=f"python step.py s{n} v{n}")
+                dvc._write_lock({f"s{n}": entry})
+    finally:
+        stop.touch()
+        out, _ = reader.communicate(timeout=60)
+    seen = json.loads(out)
+    assert seen["reads"] > 10, seen
+    assert seen["bad"] == 0, seen
+    final = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    assert final["s2"]["cmd"] == "python step.py s2 v2" and len(final) == 150
+    assert not [p.name for p in proj.iterdir() if p.name.startswith(".dvc.lock")]  # no leftovers
+
+
+def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several stages of one clone run at once: a task writing the driver's dvc.lock (and
+    params.yaml, dvc.yaml, uncached inputs) into the clone must not rewrite a file another
+    stage is reading. A reader holding the old file keeps reading it whole; the path holds the
+    new bytes (a file already holding the same bytes is not written at all)."""
+    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], clone)
+    run(["dvc", "repro", "e"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+    old_lock = (clone / "dvc.lock").read_bytes()
+    yaml_ino = (clone / "dvc.yaml").stat().st_ino
+    files = {n: (clone / n).read_bytes() for n in SHIPPED if (clone / n).exists()}
+    files["dvc.lock"] = old_lock + b"# the driver's, with more stages\n"
+    payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+    spec = TaskSpec(
+        run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
+        cluster={**payload, "force": False},
+    )  # fmt: skip
+    with (clone / "dvc.lock").open("rb") as reading:
+        res = run_in_clone(spec, "here", time.monotonic())
+        assert res.rc == 0 and res.how == "unchanged", res
+        assert reading.read() == old_lock  # the reader's file: untouched
+    assert (clone / "dvc.lock").read_bytes() == files["dvc.lock"]
+    assert (clone / "dvc.yaml").stat().st_ino == yaml_ino  # the same bytes: not rewritten

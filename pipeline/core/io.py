@@ -110,6 +110,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """`data` into `path` atomically, unless the file holds exactly these bytes already (a
+    process may be reading it: it keeps its file). Returns whether it wrote."""
+    try:
+        if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    atomic_write_bytes(path, data)
+    return True
+
+
 def dumps_record(record: BaseModel | dict[str, Any]) -> str:
     payload = record.model_dump(mode="json") if isinstance(record, BaseModel) else record
     return json.dumps(payload, ensure_ascii=False, sort_keys=True)

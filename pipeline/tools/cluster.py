@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import LfbenchError
+from pipeline.core.io import write_if_changed
 from pipeline.tools.dvc_fast import memo_yaml, one_remote_session
 from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
 
@@ -253,13 +254,13 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
     with repo:  # one per task: its index is built once
         with _locked(clone, repo):
             lap("wait")
+            # other stages of this clone may be running and reading these (params.yaml,
+            # an aggregate's dvc.lock lineage): each file replaced whole, and only if it changed
             for name in SHIPPED:
                 if name in payload["files"]:
-                    (clone / name).write_bytes(payload["files"][name])
+                    write_if_changed(clone / name, payload["files"][name])
             for rel, data in payload["uncached"].items():
-                path = clone / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+                write_if_changed(clone / rel, data)
             repo._reset()
             stage = next(s for s in repo.index.stages if s.addressing == spec.stage)
             owners = _owners(repo, stage)

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ConfigError, LfbenchError
+from pipeline.core.io import atomic_write_text, write_if_changed
 from pipeline.stages.tracking import workspace_id
 from pipeline.tools.cluster import SHIPPED, pull_outputs
 from pipeline.tools.containers import forget
@@ -156,8 +157,8 @@ class DvcSide:
         self.pending: list[Any] = []
         self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write
         self.to_pull: list[str] = []  # --cluster: stages whose outputs are pulled at the end
-        self._lock_doc: Any = None  # dvc.lock as last written (DVC's round-trip YAML)
-        self._lock_sig: tuple[int, int, int] | None = None
+        # each dvc.lock as last written (DVC's round-trip YAML) and its stat signature then
+        self._lock_docs: dict[Path, tuple[Any, tuple[int, int, int] | None]] = {}
 
     def prepare(self, stage: Any, upstream: list[Any]) -> str:
         """Before the command: UNCHANGED (nothing to do), RESTORED (from the run cache, saved,
@@ -198,8 +199,7 @@ class DvcSide:
             path = (root / rel).resolve()
             if root not in path.parents:
                 raise LfbenchError(f"stage {name}: a worker sent {rel}, outside the workspace")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            write_if_changed(path, data)
         self.adopted[name] = dict(entry[name]) if name in entry else dict(entry)
 
     def finish(self, stage: Any) -> None:
@@ -214,22 +214,17 @@ class DvcSide:
 
     def flush(self) -> None:
         """Write the dvc.lock entries of the stages finished since the last flush (and, on a
-        cluster, adopted from workers) in one rewrite of the file."""
+        cluster, adopted from workers) in one rewrite of the file (of each dvc.lock: a stage of
+        a dvc.yaml in a subfolder goes into the dvc.lock beside it, as DVC writes it)."""
         from dvc.stage.serialize import to_lockfile
 
-        root_file = str(Path(self.repo.root_dir) / "dvc.yaml")
         if self.pending:
-            mine = [s for s in self.pending if s.dvcfile.path == root_file]
-            others: dict[str, list[Any]] = {}
+            by_lock: dict[Path, dict[str, Any]] = {}
             for stage in self.pending:
-                if stage.dvcfile.path != root_file:  # a dvc.yaml in a subfolder: DVC writes it
-                    others.setdefault(stage.dvcfile.path, []).append(stage)
-            for stages in others.values():
-                stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
-            entries: dict[str, Any] = {}
-            for stage in mine:
-                entries.update(to_lockfile(stage))
-            self._write_lock(entries)
+                path = Path(stage.dvcfile.path).with_suffix(".lock")
+                by_lock.setdefault(path, {}).update(to_lockfile(stage))
+            for path, entries in by_lock.items():
+                self._write_lock(entries, path)
             self.pending = []
         if self.adopted:
             adopted, self.adopted = self.adopted, {}
@@ -249,39 +244,42 @@ class DvcSide:
         stages = {s.addressing: s for s in self.repo.index.stages}
         return pull_outputs(self.repo, [stages[name] for name in names])
 
-    def _read_lock(self) -> Any:
+    def _lock_path(self) -> Path:
+        return Path(self.repo.root_dir) / "dvc.lock"
+
+    def _read_lock(self, path: Path | None = None) -> Any:
         """dvc.lock parsed as DVC's round-trip YAML ({} when absent), the copy kept from the
         last write while nobody else changed the file: parsing a 200-kB dvc.lock takes DVC
         longer than writing it."""
-        from dvc.utils.serialize import parse_yaml_for_update
+        path = path or self._lock_path()
+        kept = self._lock_docs.get(path)
+        if kept is not None and kept[1] == _file_sig(path):
+            return kept[0]
+        return read_lock_doc(path)
 
-        path = Path(self.repo.root_dir) / "dvc.lock"
-        if self._lock_doc is not None and self._lock_sig == _file_sig(path):
-            return self._lock_doc
-        return (parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}) or {}
+    def _dump_lock(self, data: Any, path: Path | None = None) -> None:
+        path = path or self._lock_path()
+        write_lock_doc(path, data)
+        self._lock_docs[path] = (data, _file_sig(path))
 
-    def _dump_lock(self, data: Any) -> None:
-        from dvc.utils.serialize import dump_yaml
-
-        path = Path(self.repo.root_dir) / "dvc.lock"
-        dump_yaml(str(path), data, fs=self.repo.fs)
-        self._lock_doc, self._lock_sig = data, _file_sig(path)
-
-    def _write_lock(self, entries: Mapping[str, Any]) -> None:
+    def _write_lock(self, entries: Mapping[str, Any], path: Path | None = None) -> None:
         """These entries into dvc.lock, as DVC's `Lockfile.dump_stages` writes them (its
-        round-trip YAML, entries updated in place or appended)."""
+        round-trip YAML, entries updated in place or appended), but atomically: stages that
+        are running read it (an aggregate's lineage), and DVC's own writer rewrites it in
+        place, so a reader could find it half-written."""
         if not entries:
             return
-        data = self._read_lock()
+        path = path or self._lock_path()
+        data = self._read_lock(path)
         if not data:
             data.update({"schema": "2.0"})
-            log.info("Generating lock file 'dvc.lock'")
+            log.info("Generating lock file '%s'", path.relative_to(self.repo.root_dir))
         data["stages"] = data.get("stages", {})
         changed = any(data["stages"].get(k, {}) != v for k, v in entries.items())
         data["stages"].update(entries)
-        self._dump_lock(data)
+        self._dump_lock(data, path)
         if changed:
-            self.repo.scm_context.track_file("dvc.lock")
+            self.repo.scm_context.track_file(str(path.relative_to(self.repo.root_dir)))
 
     def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
         """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
@@ -341,8 +339,6 @@ def prune(repo: Any) -> list[str]:
     """Drop the dvc.lock entries of stages no longer in dvc.yaml (a model or judge removed from
     params.yaml) and remove their outputs from the workspace and .gitignore (not from the DVC
     cache), unless a stage of dvc.yaml still declares them. Returns the stages pruned."""
-    from dvc.utils.serialize import modify_yaml
-
     root = Path(repo.root_dir)
     lock = root / "dvc.lock"
     if not lock.exists():
@@ -350,16 +346,18 @@ def prune(repo: Any) -> list[str]:
     names = {s.addressing for s in repo.index.stages}
     declared = {str(Path(out.fs_path).resolve()) for s in repo.index.stages for out in s.outs}
     gone: list[str] = []
-    with modify_yaml(str(lock), fs=repo.fs) as data:
-        entries = data.get("stages") or {}
-        for name in [k for k in entries if k not in names]:
-            entry = entries.pop(name)
-            gone.append(name)
-            for out in entry.get("outs") or []:
-                path = (root / str(out.get("path", ""))).resolve()
-                if not out.get("path") or str(path) in declared or root not in path.parents:
-                    continue
-                _remove_output(repo, root, path)
+    data = read_lock_doc(lock)
+    entries = data.get("stages") or {}
+    for name in [k for k in entries if k not in names]:
+        entry = entries.pop(name)
+        gone.append(name)
+        for out in entry.get("outs") or []:
+            path = (root / str(out.get("path", ""))).resolve()
+            if not out.get("path") or str(path) in declared or root not in path.parents:
+                continue
+            _remove_output(repo, root, path)
+    if gone:
+        write_lock_doc(lock, data)
     for name in gone:
         log.info("pruned stage %s (no longer in dvc.yaml): its lock entry and outputs", name)
     return gone
@@ -776,6 +774,25 @@ class Repro:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def read_lock_doc(path: Path) -> Any:
+    """A dvc.lock parsed as DVC's round-trip YAML (its comments and order kept; {} when
+    absent or empty)."""
+    from dvc.utils.serialize import parse_yaml_for_update
+
+    if not path.exists():
+        return {}
+    return parse_yaml_for_update(path.read_text(encoding="utf-8"), str(path)) or {}
+
+
+def write_lock_doc(path: Path, data: Any) -> None:
+    """A dvc.lock written with the bytes DVC's `dump_yaml` writes, but atomically (a temporary
+    file in the same folder, fsync, rename): a stage reading it meanwhile finds the old file or
+    the new one, never a part (DVC truncates the file and writes it over most of a second)."""
+    from dvc.utils.serialize import dumps_yaml
+
+    atomic_write_text(path, dumps_yaml(data))
 
 
 def _file_sig(path: Path) -> tuple[int, int, int] | None:
