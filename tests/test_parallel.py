@@ -498,3 +498,78 @@ def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_pla
         assert reading.read() == old_lock  # the reader's file: untouched
     assert (clone / "dvc.lock").read_bytes() == files["dvc.lock"]
     assert (clone / "dvc.yaml").stat().st_ino == yaml_ino  # the same bytes: not rewritten
+
+
+GEN = textwrap.dedent(
+    """
+    import json, pathlib, time, yaml
+    first = yaml.safe_load(open("params.yaml"))["first"]
+    with open("times.log", "a") as f:
+        f.write(json.dumps({"name": "g", "start": time.time(), "first": first}) + "\\n")
+    pathlib.Path("out").mkdir(exist_ok=True)
+    pathlib.Path("out/g.json").write_text(json.dumps(list(range(first))))
+    """
+)
+
+
+def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage already in dvc.lock (first: 4) whose params change (first: 2), run on a worker:
+    it runs and makes 2 items; the worker must not restore the 4 it made before (the bug: it
+    saved the new params before asking the run cache, and DVC then took the stage's own lock
+    entry, the old outputs, as the cached result of the new params). Back to first: 4 with the
+    run-cache entry only on the team's remote: restored from it, the 4 items, not run."""
+    from pipeline.core.io import file_digest
+    from pipeline.tools.cluster import ENV_CLONE, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    pipeline = {
+        "stages": {
+            "g": {"cmd": "python gen.py", "deps": ["gen.py"], "params": ["first"],
+                  "outs": ["out/g.json"]},
+        }
+    }  # fmt: skip
+    clone = toy(tmp_path / "clone", pipeline)
+    (clone / "gen.py").write_text(GEN)
+    (clone / "params.yaml").write_text("first: 4\n")
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["git", "add", "-A"], clone)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen"], clone)
+    run(["dvc", "repro"], clone)
+    run(["dvc", "push", "--run-cache"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+
+    def task(first: int, lock: bytes) -> Any:
+        files = {
+            "params.yaml": f"first: {first}\n".encode(),
+            "dvc.yaml": (clone / "dvc.yaml").read_bytes(),
+            "dvc.lock": lock,
+        }
+        payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+        spec = TaskSpec(
+            run="r", stage="g", cmds=["python gen.py"], env={}, cores=1,
+            cluster={**payload, "force": False},
+        )  # fmt: skip
+        return run_in_clone(spec, "here", time.monotonic())
+
+    def lock_of(entry: dict[str, Any]) -> bytes:
+        return yaml.safe_dump({"schema": "2.0", "stages": {"g": entry}}, sort_keys=False).encode()
+
+    res = task(2, (clone / "dvc.lock").read_bytes())
+    assert res.rc == 0 and res.how == "ran", res
+    assert json.loads((clone / "out/g.json").read_text()) == [0, 1]
+    assert res.lock_entry["params"]["params.yaml"] == {"first": 2}
+    assert res.lock_entry["outs"][0]["md5"] == file_digest(clone / "out/g.json")
+    assert [r["first"] for r in times(clone).values()] == [2]  # (times keeps the last per name)
+
+    # the driver's dvc.lock now says first: 2; first: 4 again, its run known only to the remote
+    shutil.rmtree(clone / ".dvc" / "cache" / "runs")
+    log_lines = len((clone / "times.log").read_text().splitlines())
+    res = task(4, lock_of(res.lock_entry))
+    assert res.rc == 0 and res.how == "restored", res
+    assert json.loads((clone / "out/g.json").read_text()) == [0, 1, 2, 3]
+    assert res.lock_entry["params"]["params.yaml"] == {"first": 4}
+    assert res.lock_entry["outs"][0]["md5"] == file_digest(clone / "out/g.json")
+    assert len((clone / "times.log").read_text().splitlines()) == log_lines  # not run

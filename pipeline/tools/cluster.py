@@ -26,7 +26,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,6 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
     """The cluster task: one stage, in this worker's clone, as `dvc repro --pull` would run it,
     then pushed."""
     from dvc.repo import Repo
-    from dvc.stage.cache import RunCacheNotFoundError
     from dvc.stage.serialize import to_single_stage_lockfile
 
     clone = Path(os.environ.get(ENV_CLONE, ""))
@@ -283,21 +282,10 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
                 how = "unchanged"
             else:
                 stage.remove_outs(ignore_remove=False, force=False)
-                stage.save_deps()
-                if not force:
-                    lap("restore")
-                    try:
-                        pull_run_cache(repo, stage)
-                    except Exception as e:  # noqa: BLE001 - then the stage runs: say why
-                        logger.warning(
-                            "stage %s: reading the remote's run cache: %s", spec.stage, e
-                        )
-                    lap("run_cache")
-                    try:
-                        repo.stage_cache.restore(stage, pull=True)
-                        how = "restored"
-                    except RunCacheNotFoundError:
-                        pass
+                if not force and restore(repo, stage, lap):
+                    how = "restored"
+                else:
+                    stage.save_deps()  # as DVC before it runs a stage's command
             lap("restore")
         rc, stopped = 0, False
         if how == "ran":
@@ -355,6 +343,42 @@ def run_in_clone(spec: TaskSpec, host: str, started: float) -> TaskResult:
             how=how,
             phases=phases,
         )
+
+
+def restore(repo: Any, stage: Any, lap: Callable[[str], None] = lambda _: None) -> bool:
+    """The stage from the run cache, as `dvc repro` restores it (dvc/stage/run.py), with this
+    clone's and the team remote's entries: True when restored.
+
+    DVC's order matters: `restore` is asked with the stage's dependencies as dvc.lock records
+    them. When they are unchanged (only the outputs are missing) DVC takes the lock entry's
+    own outputs; otherwise it saves the dependencies and looks their hash up in the run cache.
+    Saving them first would make DVC take the lock entry's outputs, made from other inputs,
+    as the result of the new ones. The remote's entries are keyed by the dependencies as they
+    are now, known only once DVC has saved them: when the local run cache has none, this
+    stage's entries are pulled and the stage, loaded afresh (its dependencies as recorded),
+    asked once more."""
+    from dvc.stage.cache import RunCacheNotFoundError
+
+    try:
+        repo.stage_cache.restore(stage, pull=True)
+        return True
+    except RunCacheNotFoundError:
+        pass
+    lap("restore")
+    try:
+        pulled = pull_run_cache(repo, stage)  # keyed by the deps DVC saved just now
+    except Exception as e:  # noqa: BLE001 - then the stage runs: say why
+        logger.warning("stage %s: reading the remote's run cache: %s", stage.addressing, e)
+        pulled = 0
+    lap("run_cache")
+    if not pulled:
+        return False
+    fresh = repo.stage.load_one(stage.dvcfile.path, stage.name)
+    try:
+        repo.stage_cache.restore(fresh, pull=True)
+    except RunCacheNotFoundError:
+        return False
+    return True
 
 
 def _plain(obj: Any) -> Any:
