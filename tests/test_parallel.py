@@ -573,3 +573,52 @@ def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outp
     assert res.lock_entry["params"]["params.yaml"] == {"first": 4}
     assert res.lock_entry["outs"][0]["md5"] == file_digest(clone / "out/g.json")
     assert len((clone / "times.log").read_text().splitlines()) == log_lines  # not run
+
+
+def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker runs its clone's code: a stage sent to a clone whose tracked files differ from
+    its commit is refused, naming the worker and the files (the bug: it ran the edited code,
+    and the driver's dvc.lock recorded it as the commit's). What a repro itself changes is not
+    an edit: the files the driver sends, outputs, DVC's own lines in a .gitignore, a file
+    touched but unchanged."""
+    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["dvc", "repro", "e"], clone)
+    run(["git", "add", "-A"], clone)  # out/.gitignore (DVC's /e.json) committed
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "e"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+
+    def task() -> Any:
+        files = {n: (clone / n).read_bytes() for n in SHIPPED if (clone / n).exists()}
+        payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+        spec = TaskSpec(
+            run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
+            cluster={**payload, "force": True},
+        )  # fmt: skip
+        return run_in_clone(spec, "here", time.monotonic())
+
+    def ran() -> int:  # runs of the stage since the task was first sent
+        return len((clone / "times.log").read_text().splitlines()) - 1
+
+    assert task().rc == 0 and ran() == 1
+    step = (clone / "step.py").read_text()
+    (clone / "step.py").write_text(step + "# an edit\n")
+    res = task()
+    assert res.rc == 2 and ran() == 1, res  # refused, not run
+    assert "here" in res.error and str(clone) in res.error and "step.py" in res.error
+    (clone / "step.py").write_text(step)  # back as committed (a new mtime): runs again
+    assert task().rc == 0 and ran() == 2
+    with (clone / "out" / ".gitignore").open("a") as f:
+        f.write("/a.json\n")  # what DVC writes for stage a's output
+    (clone / "dvc.yaml").write_text((clone / "dvc.yaml").read_text() + "\n")  # sent by the driver
+    assert task().rc == 0 and ran() == 3
+    with (clone / "out" / ".gitignore").open("a") as f:
+        f.write("/notes.txt\n")  # not an output: the user's
+    res = task()
+    assert res.rc == 2 and "out/.gitignore" in res.error and "step.py" not in res.error, res

@@ -50,7 +50,7 @@ from typing import Any
 from pipeline.core.errors import ConfigError, LfbenchError
 from pipeline.core.io import atomic_write_text, write_if_changed
 from pipeline.stages.tracking import workspace_id
-from pipeline.tools.cluster import SHIPPED, pull_outputs
+from pipeline.tools.cluster import SHIPPED, dvc_outputs, pull_outputs, shown, uncommitted
 from pipeline.tools.containers import forget
 from pipeline.tools.stage_task import (
     TaskResult,
@@ -419,23 +419,18 @@ class Repro:
         run the commit), the uncached outputs stages may read, and everything its outputs and
         run history hold pushed to the team's remote, so any worker can pull what it needs."""
         self._commit = identity_commit(self.root)
-        declared = {
-            str(Path(o.fs_path).relative_to(self.root))
-            for s in repo.index.stages
-            for o in s.outs
-            if self.root in Path(o.fs_path).parents
-        }
         self._uncached = {
             str(Path(o.fs_path).relative_to(self.root))
             for s in repo.index.stages
             for o in s.outs
             if not o.use_cache and self.root in Path(o.fs_path).parents
         }
-        dirty = _dirty(self.root) - set(SHIPPED) - declared
+        # what differs from the commit, less what a repro itself changes (dvc.lock, params and
+        # dvc.yaml, which travel with each stage; outputs; DVC's lines in .gitignore files)
+        dirty = uncommitted(self.root, dvc_outputs(repo))
         if dirty:
             raise LfbenchError(
-                "--cluster: workers run the committed code; commit these first: "
-                + ", ".join(sorted(dirty))
+                "--cluster: workers run the committed code; commit these first: " + shown(dirty)
             )
         try:
             repo.push()
@@ -824,20 +819,6 @@ def identity_commit(root: Path) -> str:
     from pipeline.core.lineage import git_info
 
     return git_info(root).commit
-
-
-def _dirty(root: Path) -> set[str]:
-    """Tracked files changed in the working tree (and staged), relative paths."""
-    import subprocess
-
-    out = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {line[3:].strip() for line in out.splitlines() if line.strip()}
 
 
 def _ncpu() -> int:
