@@ -622,3 +622,51 @@ def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
         f.write("/notes.txt\n")  # not an output: the user's
     res = task()
     assert res.rc == 2 and "out/.gitignore" in res.error and "step.py" not in res.error, res
+
+
+HOLD = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    pathlib.Path("started").touch()
+    deadline = time.time() + 60
+    while not pathlib.Path("release").exists():
+        if time.time() > deadline:
+            sys.exit(1)
+        time.sleep(0.05)
+    pathlib.Path("out").mkdir(exist_ok=True)
+    pathlib.Path("out/hold.json").write_text("{}")
+    """
+)
+
+
+def test_lfbench_repro_refuses_while_a_dvc_repro_runs_in_the_project(tmp_path: Path) -> None:
+    """A `dvc repro` lets go of the project's lock while a stage's command runs. `lfbench
+    repro` started then must see it and refuse before doing anything (the bug: it got in, both
+    failed, and the dvc repro's finished stage was not recorded); the dvc repro then ends as
+    if alone."""
+    hold = {"cmd": "python hold.py", "deps": ["hold.py"], "outs": ["out/hold.json"]}
+    pipeline = {"stages": {"hold": hold}}
+    proj = toy(tmp_path / "p", pipeline)
+    (proj / "hold.py").write_text(HOLD)
+    (proj / ".gitignore").write_text("started\nrelease\n.lfbench/\n")
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "hold"], proj)
+    dvc = subprocess.Popen(
+        ["dvc", "repro"], cwd=proj, env=run_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (proj / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (proj / "started").exists(), "dvc repro never started its stage"
+        proc = run(["lfbench", "repro", "--jobs", "2"], proj, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert f"a DVC command is running in this project (PID {dvc.pid}:" in proc.stderr
+        assert "nothing was done" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        (proj / "release").touch()
+        out, _ = dvc.communicate(timeout=120)
+    assert dvc.returncode == 0, out
+    assert "hold" in yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], proj).stdout

@@ -477,14 +477,15 @@ class Repro:
     # -- main loop
 
     def run(self) -> ReproResult:
-        from dvc.repo import Repo, lock_repo
+        from dvc.repo import Repo
         from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
         if logging.getLogger().level > logging.DEBUG:  # the live view says what DVC would
             logging.getLogger("dvc").setLevel(logging.WARNING)
         self._t0 = time.monotonic()
         repo = Repo(str(self.root))
-        with lock_repo(repo), repo.scm_context(quiet=True):
+        with _locked(repo), repo.scm_context(quiet=True):
+            refuse_if_dvc_runs(repo)
             prune(repo)
             repo._reset()
             graph = get_active_graph(repo.index.graph)
@@ -821,6 +822,111 @@ def identity_commit(root: Path) -> str:
     return git_info(root).commit
 
 
+@contextlib.contextmanager
+def _locked(repo: Any) -> Iterator[None]:
+    """The project's DVC lock, held: another DVC command holding it is one clear line."""
+    from dvc.lock import LockError
+    from dvc.repo import lock_repo
+
+    try:
+        cm = lock_repo(repo)
+        cm.__enter__()
+    except LockError as e:
+        raise LfbenchError(
+            "another DVC command holds this project's lock (.dvc/tmp/lock), e.g. a running"
+            " `dvc repro`: nothing was done; run this once it is done (a lock left by a killed"
+            " DVC command goes by itself)"
+        ) from e
+    try:
+        yield
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def running_dvc(repo: Any) -> list[tuple[int, str]]:
+    """The DVC commands running in this project now (pid, command line), other than this
+    process: the live processes that DVC's rwlock file (.dvc/tmp/rwlock) names. A `dvc repro`
+    holds the project's lock only around its own steps and lets go of it while a stage's
+    command runs; all that while, the stage's dependencies and outputs stay in the rwlock
+    file with its pid and command line. A pid reused by another program since is told apart
+    by its command line."""
+    path = Path(repo.tmp_dir) / "rwlock"
+    data: Any = {}
+    for _ in range(5):  # DVC rewrites it in place (under its own guard): read it whole
+        try:
+            data = json.loads(path.read_text(encoding="utf-8") or "{}")
+            break
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    if not isinstance(data, dict):
+        return []
+    infos: list[Any] = list((data.get("write") or {}).values())
+    for readers in (data.get("read") or {}).values():
+        infos += list(readers) if isinstance(readers, list) else [readers]
+    found: dict[int, str] = {}
+    for info in infos:
+        if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
+            continue
+        pid, cmd = info["pid"], str(info.get("cmd", ""))
+        if pid == os.getpid() or pid in found:
+            continue
+        argv = _command_line(pid)
+        if argv is None:
+            continue
+        if cmd and argv and not _same_command(argv, cmd):
+            continue  # the pid is another program's now
+        found[pid] = cmd
+    return sorted(found.items())
+
+
+def _command_line(pid: int) -> str | None:
+    """A live process's command line ("" when it cannot be read), None when there is no
+    such process (or a zombie, whose command line is empty)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return None
+        try:  # no /proc: alive or not is all one can know
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    except OSError:  # another user's: it holds the paths all the same
+        return ""
+    if not raw:
+        return None
+    return " ".join(raw.rstrip(b"\0").decode("utf-8", "replace").split("\0"))
+
+
+def _same_command(argv: str, cmd: str) -> bool:
+    """Whether a process's command line is the one DVC recorded (its `sys.argv`): the same
+    words at the end, the program's path aside (`python -m dvc repro` records
+    `.../dvc/__main__.py repro`)."""
+    if argv.endswith(cmd):
+        return True
+    want, have = cmd.split()[1:], argv.split()
+    return bool(want) and have[-len(want) :] == want
+
+
+def refuse_if_dvc_runs(repo: Any) -> None:
+    """Stop, before doing anything, when another DVC command is running in this project (a
+    `dvc repro` between two of its own steps): both would fail, and its stage's finished work
+    would not be recorded."""
+    running = running_dvc(repo)
+    if running:
+        pid, cmd = running[0]
+        raise LfbenchError(
+            f"a DVC command is running in this project (PID {pid}: {cmd or 'dvc'}); nothing"
+            " was done: run this once it is done, or stop it first"
+            + (f" ({len(running) - 1} more DVC processes)" if len(running) > 1 else "")
+        )
+
+
 def _ncpu() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -884,11 +990,12 @@ def run_repro(
 
 def prune_workspace(root: Path) -> list[str]:
     from dvc.exceptions import DvcException
-    from dvc.repo import Repo, lock_repo
+    from dvc.repo import Repo
 
     try:
         repo = Repo(str(root))
-        with lock_repo(repo), repo.scm_context(quiet=True):
+        with _locked(repo), repo.scm_context(quiet=True):
+            refuse_if_dvc_runs(repo)
             return prune(repo)
     except DvcException as e:
         raise LfbenchError(f"dvc: {e}") from e
