@@ -50,7 +50,15 @@ from typing import Any
 from pipeline.core.errors import ConfigError, LfbenchError
 from pipeline.core.io import atomic_write_text, write_if_changed
 from pipeline.stages.tracking import workspace_id
-from pipeline.tools.cluster import SHIPPED, dvc_outputs, pull_outputs, shown, uncommitted
+from pipeline.tools.cluster import (
+    DRIVER_CONNECT_S,
+    SHIPPED,
+    check_address,
+    dvc_outputs,
+    pull_outputs,
+    shown,
+    uncommitted,
+)
 from pipeline.tools.containers import forget
 from pipeline.tools.stage_task import (
     TaskResult,
@@ -393,11 +401,17 @@ class Repro:
         force: bool = False,
         view: Any = None,
         env: Mapping[str, str] | None = None,
+        shared_cache: bool = True,
+        connect_timeout: float = DRIVER_CONNECT_S,
     ) -> None:
         self.root = root.resolve()
         self.targets = list(targets)
         self.jobs = max(1, jobs)
-        self.cluster = cluster
+        # --cluster: the address checked before anything (never printed with credentials)
+        self.cluster = check_address(cluster) if cluster is not None else None
+        self.shared_cache = shared_cache  # --no-shared-cache: each worker its own cache
+        self.connect_timeout = connect_timeout
+        self._engine: Any = None  # --cluster: the client, connected when the run starts
         self.force = force
         self.view = view
         self.env = dict(env or {})
@@ -443,18 +457,19 @@ class Repro:
             repo.stage_cache.transfer(odb, repo.cache.legacy, force=False)
 
     def _start_engine(self, stack: contextlib.ExitStack) -> Any:
-        """Dask: a local cluster in this process, or the `--cluster` scheduler. Started when the
-        first stage must run (a run with nothing to do never imports it)."""
+        """Dask: a local cluster in this process, started when the first stage must run (a run
+        with nothing to do never imports it); or the `--cluster` scheduler, reached and its
+        workers checked before anything else is done."""
         from distributed import Client, Event, LocalCluster
 
         # Dask's own INFO lines (scheduler and worker start, comms) say nothing to a user
         for name in ("distributed", "tornado"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
         if self.cluster:
-            from pipeline.tools.cluster import check_workers, identity
+            from pipeline.tools.cluster import check_workers, connect_client, identity
 
-            client = stack.enter_context(Client(self.cluster, timeout="30s"))
-            check_workers(client, identity(self.root))
+            client = stack.enter_context(connect_client(self.cluster, self.connect_timeout))
+            check_workers(client, identity(self.root), shared_cache=self.shared_cache)
         else:
             lc = stack.enter_context(
                 LocalCluster(
@@ -484,8 +499,12 @@ class Repro:
             logging.getLogger("dvc").setLevel(logging.WARNING)
         self._t0 = time.monotonic()
         repo = Repo(str(self.root))
-        with _locked(repo), repo.scm_context(quiet=True):
+        with contextlib.ExitStack() as held:
+            held.enter_context(_locked(repo))
+            held.enter_context(repo.scm_context(quiet=True))
             refuse_if_dvc_runs(repo)
+            if self.cluster:  # the scheduler and its workers, before anything is done
+                self._engine = self._start_engine(held)
             prune(repo)
             repo._reset()
             graph = get_active_graph(repo.index.graph)
@@ -524,7 +543,7 @@ class Repro:
 
         def client() -> Any:
             if not engine:
-                engine.append(self._start_engine(stack))
+                engine.append(self._engine or self._start_engine(stack))
             return engine[0]
 
         signalled = 0
@@ -977,13 +996,24 @@ def run_repro(
     cluster: str | None = None,
     force: bool = False,
     view: Any = None,
+    shared_cache: bool = True,
+    connect_timeout: float = DRIVER_CONNECT_S,
 ) -> ReproResult:
     """`lfbench repro`: DVC's errors (an unknown target, the lock held by another DVC process)
     as one line each, not a traceback."""
     from dvc.exceptions import DvcException
 
     try:
-        return Repro(root, targets, jobs=jobs, cluster=cluster, force=force, view=view).run()
+        return Repro(
+            root,
+            targets,
+            jobs=jobs,
+            cluster=cluster,
+            force=force,
+            view=view,
+            shared_cache=shared_cache,
+            connect_timeout=connect_timeout,
+        ).run()
     except DvcException as e:
         raise LfbenchError(f"dvc: {e}") from e
 
