@@ -4,18 +4,24 @@ A worker (`lfbench worker ADDR --clone DIR`) is a Dask worker that owns one clon
 project at the driver's commit, configured like every machine of the team (README, "Team
 scale": the team's DVC remote, MLflow server and response cache in its environment). For a stage
 the driver sends (`TaskSpec.cluster`): the driver's params.yaml, dvc.yaml and dvc.lock (with
-the entries of the stages finished so far) and the bytes of the uncached outputs the stage reads
-(metrics files kept in git). In its clone the worker then does what `dvc repro --pull` would do
-for that one stage: it pulls the outputs the stage depends on from the remote, restores the stage
-from the run cache if the team already ran it, else runs its command (several stages of one
-clone at once: the DVC steps under the repository's lock, the commands outside it, as DVC does),
-then pushes its outputs and run-cache entry to the remote and returns its dvc.lock entry and its
-uncached outputs. The driver writes the entry into its dvc.lock and pulls the outputs: its
-workspace ends as a serial `dvc repro` leaves it, and no stage runs there.
+the entries of the stages finished so far; each replaced whole in the clone, where other stages
+may be reading it) and the bytes of the uncached outputs the stage reads (metrics files kept in
+git). In its clone the worker then does what `dvc repro --pull` would do for that one stage: it
+pulls the outputs the stage depends on from the remote, restores the stage from the run cache
+if the team already ran it (`restore`, in DVC's order), else runs its command (several stages
+of one clone at once: the DVC steps under the repository's lock, the commands outside it, as
+DVC does), then pushes its outputs and run-cache entry to the remote and returns its dvc.lock
+entry and its uncached outputs. The driver writes the entry into its dvc.lock and pulls the
+outputs: its workspace ends as a serial `dvc repro` leaves it, and no stage runs there.
 
 Secrets never travel with a task: each worker reads its own (PGPASSWORD, S3 keys) from its
-environment; the driver checks before dispatching that every worker is at its commit and uses the
-same DVC remote, MLflow server and response cache (compared with credentials masked).
+environment. Before anything, the scheduler's address is checked (`check_address`: never
+printed with credentials) and reached within a bounded time (`probe_scheduler`), and every
+worker is checked against the driver (`check_workers`): its commit, its DVC remote, and the
+stores it would write MLflow runs and response-cache entries to, which must be the driver's
+(`store`: a file or SQLite store is one machine's). A worker runs its clone's code only when
+the clone's tracked files are its commit (`clone_changes`: `git status` once per commit, then a
+stat of each tracked file per stage), less what a repro itself changes (`uncommitted`).
 """
 
 from __future__ import annotations

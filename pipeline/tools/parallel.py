@@ -14,7 +14,8 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
   elsewhere (pipeline/tools/stage_task.py).
 - **Byte for byte.** Every output and every dvc.lock entry is what `dvc repro` writes. A
   stage's entry is written as soon as it is done (an aggregate reads its upstream stages'
-  entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place.
+  entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place,
+  and the file is replaced atomically (running stages read it: never a half-written file).
   Entries new to dvc.lock (a model added) and their outputs' .gitignore lines go in dvc.yaml's
   order (`declared`): a serial `dvc repro` appends them in an order that changes from one run
   to the next (its plan follows Python's string hashing), this one in the same order each time.
@@ -25,6 +26,8 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
 - **Failures.** A failing stage stops the stages that depend on it, never the others; the run
   ends non-zero naming each failed stage and its log. Ctrl-C: running stages get one SIGINT and
   finish their requests in flight into their journals; a second Ctrl-C abandons them.
+- **Alone in the project.** Before anything, a DVC command running in the project (a `dvc
+  repro` whose stage command runs while DVC's lock is let go) stops the run (`running_dvc`).
 - **Removed stages.** Before the plan, the dvc.lock entries of stages no longer in dvc.yaml (a
   model or judge taken out of params.yaml) are dropped and their outputs removed from the
   workspace (they stay in the DVC cache), so the folders the aggregates read are as before the
