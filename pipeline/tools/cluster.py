@@ -169,11 +169,21 @@ def worker_identity() -> dict[str, Any]:
         return {"error": "not an lfbench worker (no clone): start it with `lfbench worker`"}
     ident = identity(Path(clone))
     snap = _SNAPSHOTS.get(str(Path(clone)))
-    outputs = snap.outputs if snap is not None else set()
-    dirty = clone_changes(Path(clone), _head(Path(clone)), lambda: outputs)
+    dirty = clone_changes(
+        Path(clone),
+        _head(Path(clone)),
+        lambda: snap.outputs if snap is not None else _outputs_of(Path(clone)),
+    )
     if dirty:
         ident["error"] = modified(None, Path(clone), ident["commit"], dirty)
     return ident
+
+
+def _outputs_of(clone: Path) -> set[str]:
+    from dvc.repo import Repo
+
+    with Repo(str(clone)) as repo:
+        return dvc_outputs(repo)
 
 
 def modified(worker: str | None, clone: Path, head: str, files: Sequence[str]) -> str:
@@ -355,8 +365,21 @@ def probe_scheduler(address: str, timeout: float) -> None:
         except OSError as e:
             raise Unreachable(address, f"cannot connect ({e.strerror or e})", start) from e
 
+    from distributed.security import Security
+
+    # tls://: the certificates of Dask's own configuration (distributed.comm.tls.*), as the
+    # client and the worker use them
+    args = Security().get_connection_args("client")
+    if scheme == "tls" and args.get("ssl_context") is None:
+        raise Unreachable(
+            address,
+            "a tls:// scheduler needs Dask's TLS settings (distributed.comm.tls.ca-file and the"
+            " client's certificate, e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE)",
+            lasting=True,
+        )
+
     async def handshake() -> None:
-        comm = await asyncio.wait_for(connect(address, timeout=timeout), timeout)
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
         await comm.close()
 
     port_hint = "the scheduler's port is 8786 by default (8787 is its dashboard's)"
@@ -925,16 +948,13 @@ def serve(
     import asyncio
 
     from distributed import Worker
-    from dvc.repo import Repo
 
     address = check_address(scheduler)
     clone = clone.resolve()
     if not (clone / "dvc.yaml").exists():
         raise LfbenchError(f"{clone}: not a clone of the project (no dvc.yaml)")
     head = _head(clone)
-    with Repo(str(clone)) as repo:
-        outputs = dvc_outputs(repo)
-    dirty = clone_changes(clone, head, lambda: outputs)
+    dirty = clone_changes(clone, head, lambda: _outputs_of(clone))
     if dirty:
         raise LfbenchError(modified(name, clone, head, dirty))
     os.environ[ENV_CLONE] = str(clone)
