@@ -49,7 +49,15 @@ from pipeline.core.params import load_params
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-STAGES = ("construct", "generate", "judge", "aggregate", "agreement", "train-local-judge")
+STAGES = (
+    "construct",
+    "retrieve",
+    "generate",
+    "judge",
+    "aggregate",
+    "agreement",
+    "train-local-judge",
+)
 log = logging.getLogger("lfbench")
 
 
@@ -281,6 +289,22 @@ def stage_construct(benchmark: str, data_dir: Path, out: Path, params_path: Path
     from pipeline.stages.construct import construct
 
     construct(*_bench(benchmark, params_path), data_dir, out, Path.cwd())
+
+
+@stage.command("retrieve")
+@click.option("--benchmark", required=True)
+@click.option("--retriever", required=True, help="a retrievers entry the benchmark lists")
+@path_option("--dataset")
+@path_option("--data", "data_dir")
+@path_option("--out")
+@params_option
+def stage_retrieve(
+    benchmark: str, retriever: str, dataset: Path, data_dir: Path, out: Path, params_path: Path
+) -> None:
+    """Dataset -> one ranking per query of the benchmark, by one of your retrievers."""
+    from pipeline.stages.retrieve import retrieve
+
+    retrieve(*_bench(benchmark, params_path), retriever, dataset, data_dir, out, Path.cwd())
 
 
 @stage.command("generate")
@@ -975,13 +999,20 @@ def worker(
 
 
 @cli.command()
-def prune() -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also remove outputs whose content is not in the DVC cache (edited by hand), after"
+    " saving them in the cache.",
+)
+def prune(force: bool) -> None:
     """Drop what stages no longer in dvc.yaml left behind (a model or judge removed from
-    params.yaml): their dvc.lock entries and their outputs in the workspace (not in the DVC
-    cache). `lfbench repro` does it first."""
+    params.yaml): their dvc.lock entries and their outputs in the workspace (they stay in the
+    DVC cache). An output whose content is not in the cache is refused: nothing is pruned
+    (--force saves it in the cache first). `lfbench repro` does it first."""
     from pipeline.tools.parallel import prune_workspace
 
-    gone = prune_workspace(Path.cwd())
+    gone = prune_workspace(Path.cwd(), force=force)
     click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
 
 
@@ -1014,6 +1045,77 @@ def new_benchmark(
     params, dvc = (params_path, dvc_file) if wire else (None, None)
     for line in create(name, Path.cwd(), params, dvc, local_judge):
         click.echo(line)
+
+
+# ---------------------------------------------------------------- export
+
+
+@cli.group("export")
+def export() -> None:
+    """What a retriever or RAG system outside lfbench needs, and a model's answers to replay."""
+
+
+def _write_lines(rows: Any, out: Path | None) -> None:
+    import json as _json
+
+    lines = (_json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if out is None:
+        for line in lines:
+            click.echo(line, nl=False)
+        return
+    from pipeline.core.io import atomic_write_text
+
+    text = "".join(lines)
+    atomic_write_text(out, text)
+    click.echo(f"wrote {out}: {text.count(chr(10))} lines", err=True)
+
+
+@export.command("queries")
+@click.option("--benchmark", required=True)
+@click.option("--retriever", default=None, help="the entry (CRUD-RAG: its settings' chunkings)")
+@click.option("--texts", is_flag=True, help="the passages' texts too, not only their ids")
+@click.option("--out", type=OutputFile(), default=None, help="JSONL file (default: stdout)")
+@params_option
+def export_queries(
+    benchmark: str, retriever: str | None, texts: bool, out: Path | None, params_path: Path
+) -> None:
+    """What a retriever ranks (query and passage ids): make a TREC run file of them elsewhere
+    and name it in a `run` retriever."""
+    from pipeline.stages.export import data_dir, queries
+
+    bench, params = _bench(benchmark, params_path)
+    root = Path.cwd()
+    ds = root / "datasets" / f"{benchmark}.jsonl"
+    _write_lines(queries(bench, params, root, ds, data_dir(root, benchmark), retriever, texts), out)
+
+
+@export.command("questions")
+@click.option("--benchmark", required=True)
+@click.option("--out", type=OutputFile(), default=None, help="JSONL file (default: stdout)")
+@params_option
+def export_questions(benchmark: str, out: Path | None, params_path: Path) -> None:
+    """What a whole RAG system is asked (questions, task, documents): answer them elsewhere and
+    name the answers in an `outputs` model."""
+    from pipeline.stages.export import data_dir, questions
+
+    bench, params = _bench(benchmark, params_path)
+    root = Path.cwd()
+    ds = root / "datasets" / f"{benchmark}.jsonl"
+    _write_lines(questions(bench, params, root, ds, data_dir(root, benchmark)), out)
+
+
+@export.command("outputs")
+@click.option("--benchmark", required=True)
+@click.option("--model", required=True)
+@click.option("--out", type=OutputFile(), default=None, help="JSONL file (default: stdout)")
+def export_outputs(benchmark: str, model: str, out: Path | None) -> None:
+    """A model's generations as an `outputs` file (item_id, answer, passages)."""
+    from pipeline.stages.export import outputs
+
+    path = Path.cwd() / "generations" / benchmark / f"{model}.jsonl"
+    if not path.exists():
+        raise click.UsageError(f"{path}: no generations of {model} on {benchmark}")
+    _write_lines(outputs(path), out)
 
 
 # ---------------------------------------------------------------- undeclared `--key value`

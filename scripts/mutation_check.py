@@ -38,15 +38,22 @@ MUTATIONS = [
     Mutation(
         "audit-rectifier-sign",
         "pipeline/metrics/audit.py",
-        "rectifier = hl - fl",
-        "rectifier = fl - hl",
+        "rectifier = hl - lam * fl",
+        "rectifier = lam * fl - hl",
         "tests/metrics/test_audit.py",
     ),
     Mutation(
-        "audit-rectifier-variance-dropped",
+        "audit-finite-population-correction-dropped",
         "pipeline/metrics/audit.py",
-        "se = math.sqrt(_var(f) / big_n + _var(rectifier) / len(hl))",
-        "se = math.sqrt(_var(f) / big_n)",
+        "se = math.sqrt(factor * _var(rectifier) / n)",
+        "se = math.sqrt(_var(rectifier) / n)",
+        "tests/metrics/test_audit.py",
+    ),
+    Mutation(
+        "audit-judge-weight-not-clipped",
+        "pipeline/metrics/audit.py",
+        "return min(max(cov / var_f, 0.0), 1.0)",
+        "return cov / var_f",
         "tests/metrics/test_audit.py",
     ),
     Mutation(

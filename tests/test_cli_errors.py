@@ -110,3 +110,18 @@ def test_plan_pace_must_be_a_positive_finite_number_of_seconds(
     assert done.exit_code == 2, done.output
     assert "Invalid value for '--seconds-per-request'" in done.output
     assert "a positive, finite number of seconds" in done.output
+
+
+@pytest.mark.parametrize(
+    ("run_id", "shown"),
+    [("0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef"),
+     ("../x' OR '1'='1", "../x' OR '1'='1")],
+)  # fmt: skip
+def test_audit_sample_of_an_unknown_or_malformed_run_id(
+    tmp_path: Path, run_id: str, shown: str
+) -> None:
+    """Issue 44, point 10. Before: rc 1 and a traceback ending in MlflowException `Run with
+    id=... not found`."""
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    proc = _lfbench(["audit", "sample", "--benchmark", "summhay", "--run", run_id], tmp_path)
+    _one_line(proc, "--run", shown, "no MLflow run")

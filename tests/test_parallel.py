@@ -224,6 +224,54 @@ def test_prune_forgets_a_removed_stage_and_its_outputs(tmp_path: Path) -> None:
     assert "Data and pipelines are up to date" in run(["dvc", "status"], proj).stdout
 
 
+def test_prune_refuses_an_output_edited_by_hand_and_force_saves_it_in_the_cache(
+    tmp_path: Path,
+) -> None:
+    """Issue 44, point 5. Before: `lfbench prune` deleted a removed model's judgements file with
+    a line appended by hand, with no warning and no copy in the DVC cache (the README says
+    removed outputs stay there). Now an output whose content is not in the DVC cache is
+    refused (nothing pruned, one line naming it and --force); --force saves it in the cache
+    first and says where."""
+    import hashlib
+
+    pipeline = {
+        "stages": {
+            "gen": {
+                "matrix": {"m": "${models}"},
+                "cmd": "python step.py ${item.m} out/${item.m}.json",
+                "deps": ["step.py"],
+                "outs": ["out/${item.m}.json"],
+            },
+        }
+    }
+    proj = toy(tmp_path / "p", pipeline, cfg={"sleep": {"m1": 0, "m2": 0}})
+    (proj / "params.yaml").write_text("models: [m1, m2]\n")
+    run(["dvc", "repro", "-q"], proj)
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m2"], proj)
+    (proj / "params.yaml").write_text("models: [m1]\n")
+    edited = (proj / "out" / "m2.json").read_text() + "\n{'a line': 'added by hand'}\n"
+    (proj / "out" / "m2.json").write_text(edited)
+    lock = (proj / "dvc.lock").read_text()
+
+    proc = run(["lfbench", "prune"], proj, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "out/m2.json" in line and "gen@m2" in line and "not in the DVC cache" in line, line
+    assert "lfbench prune --force" in line, line
+    assert (proj / "out" / "m2.json").read_text() == edited  # untouched
+    assert (proj / "dvc.lock").read_text() == lock  # nothing pruned
+
+    proc = run(["lfbench", "prune", "--force"], proj)
+    assert not (proj / "out" / "m2.json").exists()
+    md5 = hashlib.md5(edited.encode()).hexdigest()
+    kept = proj / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+    assert kept.read_text() == edited
+    assert str(kept.relative_to(proj)) in proc.stdout + proc.stderr
+    assert "gen@m2" not in (proj / "dvc.lock").read_text()
+
+
 @pytest.mark.parametrize("target", ["nosuchstage"])
 def test_an_unknown_target_is_one_line_not_a_traceback(tmp_path: Path, target: str) -> None:
     proj = toy(tmp_path / "p", diamond())

@@ -91,6 +91,10 @@ class Inputs(Protocol):
 
 Embed: TypeAlias = Callable[[Sequence[str]], Any]  # texts -> array (len(texts), dim)
 EMBED_LOCAL = "local"  # Benchmark.embedding: the local MiniLM (pipeline.llm.embeddings)
+# A retriever's ranking of one query: (passage id, score), best first
+Ranked: TypeAlias = Sequence[tuple[str, float]]
+# retriever entry -> {query id: its ranking}, read from the retrieval stage's output
+Rankings: TypeAlias = Callable[[str], Mapping[str, Ranked]]
 
 
 @dataclass(frozen=True)
@@ -106,12 +110,40 @@ class Context(Generic[P]):
     # Unit-length vectors of texts (one row per text), when the judge being run asked for
     # embeddings (Benchmark.embedding): the stage layer makes the calls, journaled.
     embed: Embed | None = None
+    # The rankings of the user's retrievers (the benchmark's `retrievers` entries), made by its
+    # retrieval stages: `rankings(name)[query id]`, best first.
+    rankings: Rankings | None = None
 
     def prompt(self, name: str) -> Prompt:
         try:
             return self.prompts[name]
         except KeyError:
             raise ConfigError(f"no prompt {name!r} in this benchmark's prompts section") from None
+
+    def is_retriever(self, name: str) -> bool:
+        """Whether `name` is one of the retrievers entries this benchmark runs."""
+        return name in self.section.retrievers
+
+    def preload(self, retriever: str) -> None:
+        """Read a retriever's rankings now (before work is forked out, say)."""
+        if self.rankings is not None:
+            self.rankings(retriever)
+
+    def ranked(self, retriever: str, query: str) -> Ranked:
+        """A retrievers entry's ranking of one query (`Retrieval.queries` named it), best first:
+        a DataError when the retrieval stage's output lacks it."""
+        from pipeline.core.errors import DataError
+
+        if self.rankings is None:
+            raise ConfigError(f"retriever {retriever!r}: no retrieval outputs were given")
+        ranked = self.rankings(retriever).get(query)
+        if ranked is None:
+            raise DataError(
+                f"no ranking of this query by retriever {retriever!r} (re-run its retrieval stage)",
+                item=query,
+                field=f"retrievers.{retriever}",
+            )
+        return ranked
 
 
 # ---------------------------------------------------------------- model requests
@@ -499,6 +531,102 @@ def judge_kind(bench: AnyBenchmark, judge: str, spec: JudgeSpec) -> JudgeKind:
     return kind
 
 
+# ---------------------------------------------------------------- your retrievers, your system
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A retrievable text with the id a ranking (and a TREC run file) names it by."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RetrievalQuery:
+    """What a retriever ranks for one query: the query text, the candidate passages (the item's
+    documents, or a shared corpus), how many of the best to keep (None: all), and the rankings
+    the benchmark already has for it (released ones, by name: what a reranker may re-order)."""
+
+    id: str
+    text: str
+    passages: Sequence[Passage]
+    depth: int | None = None
+    rankings: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
+class Retrieval(ABC, Generic[P, D]):
+    """Retrieval by the user's retrievers, an optional capability: the queries a retriever
+    ranks (its retrieval stage, `<benchmark>-retrieve@<entry>`, ranks them once for every model);
+    the benchmark then reads the rankings through `Context.ranked` where a setting names the
+    entry. `reserved` are names the benchmark gives its own settings or rankings: an entry may
+    not take one (`oracle`, `full`, ...)."""
+
+    reserved: ClassVar[tuple[str, ...]] = ()
+
+    def retriever_of(self, ctx: Context[P], setting: str) -> str | None:
+        """The retrievers entry a result row's setting used, if any (its MLflow run names it;
+        `lfbench compare` finds rows by it). Default: the setting is the entry's name."""
+        return setting if ctx.is_retriever(setting) else None
+
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """(retriever, what was measured, value) of the result rows that used a retriever (a
+        RAG system counts as its own): `lfbench report` sets them side by side across
+        benchmarks (a context's coverage next to the coverage of the answers made from it)."""
+        return []
+
+    @abstractmethod
+    def queries(
+        self, ctx: Context[P], dataset: Sequence[D], retriever: str
+    ) -> list[RetrievalQuery]:
+        """What `retriever` (an entry the section lists) ranks: usually every item's query
+        over its documents, whatever the retriever; a benchmark whose candidates depend on the
+        settings that name it (CRUD-RAG's chunkings) asks for those only."""
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a whole RAG system is asked for one item: the question, the item's documents (it
+    retrieves from them itself), and in words what the answer should be (`task`)."""
+
+    id: str  # the item id
+    question: str
+    documents: Sequence[Passage]
+    task: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SystemAnswer:
+    """A RAG system's answer to one question: the text, and optionally the ids of the documents
+    it used (its context: judged by CRUX) and, per sentence or bullet, the ids it cites."""
+
+    answer: str
+    passages: tuple[str, ...] | None = None
+    citations: tuple[tuple[str, ...], ...] | None = None
+
+
+class Systems(ABC, Generic[P, D]):
+    """Whole RAG systems as models (providers `python` and `outputs`), an optional capability:
+    what such a system is asked for each item, and how its answer becomes this benchmark's
+    output. The stage layer calls the system (or reads its answers), journaled."""
+
+    @abstractmethod
+    def questions(self, ctx: Context[P], dataset: Sequence[D]) -> list[Question]: ...
+
+    @abstractmethod
+    def generation(
+        self, ctx: Context[P], model: str, system: str, question: Question, answer: SystemAnswer
+    ) -> Generation:
+        """The output of a system's answer (an error generation when it cannot be one)."""
+
+    def setting(self, model: str, system: str) -> str:
+        """The setting of a system's outputs (default `own`: its own retrieval)."""
+        return "own"
+
+
 # ---------------------------------------------------------------- results
 
 
@@ -817,6 +945,8 @@ class Benchmark(ABC, Generic[P, D, I]):
     scorer: Scorer | None = None  # `lfbench score`: a user's outputs without the pipeline
     audit: Audit[Any, Any] | None = None  # people audit a judge on a run (`lfbench audit`)
     paper: Paper[Any, Any] | None = None  # a paper's own tables and figures
+    retrieval: Retrieval[Any, Any] | None = None  # the user's retrievers (retrieval stages)
+    systems: Systems[Any, Any] | None = None  # whole RAG systems as models (python, outputs)
 
     def check_params(self, section: P, params: Params) -> None:
         """Cross-checks between the section and the model/judge entries (raise ValueError)."""

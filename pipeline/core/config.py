@@ -28,6 +28,7 @@ from pydantic import (
     PrivateAttr,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -229,6 +230,71 @@ class BaselineModel(Strict):
         return settings
 
 
+class PythonModel(Strict):
+    """A whole RAG system written in Python, run as a model: an entry point
+    (`module:callable`) the user writes, given each question with the item's documents (the
+    haystack, the corpus), returning the answer and, optionally, the passages it used and its
+    citations (`pipeline/stages/systems.py`). Its module is found in `inputs/systems/` (a
+    dependency of every generate stage, so an edit re-runs them) or among installed packages."""
+
+    provider: Literal["python"]
+    entry: str = Field(description="module:callable, e.g. my_rag:answer (inputs/systems/my_rag.py)")
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments passed to the callable as `options` (part of the"
+        " results' provenance)",
+    )
+    max_concurrency: int = Field(
+        default=1, ge=1, description="questions answered at once (threads; 1: one at a time)"
+    )
+    slice: dict[str, Slice] = Field(
+        default_factory=dict,
+        description="per benchmark, the items this system runs on (default: every item)",
+    )
+
+    @field_validator("entry")
+    @classmethod
+    def _entry(cls, entry: str) -> str:
+        return check_entry_point(entry)
+
+
+class OutputsModel(Strict):
+    """Answers made elsewhere (another framework, another machine), replayed as a model: per
+    benchmark, a JSONL file of `{"item_id", "answer", "passages"?, "citations"?}` lines keyed
+    by the benchmark's item ids (`lfbench export outputs` writes one from a model's generations).
+    An unknown, missing or repeated item id is an error naming the file and line."""
+
+    provider: Literal["outputs"]
+    files: dict[str, str] = Field(
+        min_length=1,
+        description="benchmark -> the JSONL file of its answers (e.g. inputs/systems/mine.jsonl)",
+    )
+    system: str | None = Field(
+        default=None, description="the name reported in results (default: the entry's name)"
+    )
+    slice: dict[str, Slice] = Field(
+        default_factory=dict,
+        description="per benchmark, the items the file answers (default: every item)",
+    )
+
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+ENTRY_POINT_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}$")
+
+
+def check_entry_point(entry: str) -> str:
+    """`module:callable`, e.g. `my_retriever:score` or `mypkg.rag:answer`."""
+    if not ENTRY_POINT_RE.match(entry):
+        raise ValueError(
+            f"{entry!r} is not an entry point: write module:callable, e.g. my_retriever:score"
+            " (a file inputs/retrievers/my_retriever.py defining score) or mypkg.rag:answer"
+        )
+    return entry
+
+
 class OwnedModel(Strict):
     """A model provider that a benchmark package defines (`<benchmark>-<kind>`). Until that
     benchmark is loaded its entry is kept as written; loading validates it with the package's
@@ -238,6 +304,172 @@ class OwnedModel(Strict):
 
     provider: str
     system: str | None = None
+
+
+# ---------------------------------------------------------------- retrievers
+
+
+class Bm25Retriever(Strict):
+    """The project's BM25 (bm25s; `pipeline/retrieval/bm25.py`) as an entry of its own."""
+
+    provider: Literal["bm25"]
+    stopwords: bool = Field(default=True, description="drop English stopwords from both sides")
+
+
+class DenseRetriever(Strict):
+    """The project's MiniLM (numpy, offline; `pipeline/retrieval/dense.py`) as an entry of its
+    own: a passage scores its best 254-word-piece window."""
+
+    provider: Literal["dense"]
+
+
+class RetrievalEndpoint(Strict):
+    """How an HTTP retrieval endpoint is reached, paced and priced (the key from the variable
+    that `api_key_env` names, never from here)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    max_concurrency: int = Field(default=4, ge=1, description="requests in flight")
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=6, ge=0)
+    price_input_per_1m: float = Field(
+        default=0.0, ge=0, description="USD per 1M input tokens (the server's usage counts)"
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        from pipeline.core.types import check_base_url
+
+        check_base_url(url)
+        return url
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        if name is not None and not ENV_NAME_RE.match(name):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+        return name
+
+    def endpoint(self) -> EndpointConfig:
+        """The endpoint as the model client takes it (sampling fields at their defaults)."""
+        return EndpointConfig.model_validate(
+            {k: getattr(self, k) for k in EndpointConfig.model_fields if hasattr(self, k)}
+        )
+
+
+class EmbeddingsRetriever(RetrievalEndpoint):
+    """Any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, vLLM, TEI, Ollama, llama.cpp's
+    server): the cosine similarity of the query's and each passage's embedding. A long passage
+    can be cut into windows (`window_tokens`, counted by `tokenizer`): it scores its best
+    window. Vectors are kept in the response cache, keyed by the model and the text."""
+
+    provider: Literal["embeddings"]
+    batch_size: int = Field(default=64, ge=1, description="texts per request")
+    window_tokens: int | None = Field(
+        default=None,
+        ge=8,
+        description="cut each passage into windows of this many tokens and score its best one"
+        " (null: the whole passage, as the server takes it; most servers cut or refuse text"
+        " past the model's limit)",
+    )
+    tokenizer: str = Field(
+        default="cl100k_base",
+        description="what window_tokens counts: cl100k_base, minilm (the word pieces of the"
+        " packaged all-MiniLM-L6-v2, as the dense retriever cuts), or a tokenizer.json file",
+    )
+    query_prefix: str = Field(default="", description="prepended to each query (e.g. 'query: ')")
+    passage_prefix: str = Field(default="", description="prepended to each passage window")
+    dimensions: int | None = Field(
+        default=None, ge=1, description="ask the server for shorter vectors (OpenAI's v3 models)"
+    )
+
+
+class RerankRetriever(RetrievalEndpoint):
+    """A Cohere-compatible `/v1/rerank` endpoint (Cohere, Jina, vLLM, TEI, llama.cpp's server)
+    re-ordering the top `top_k` passages of another retriever (`over`); the rest keep that
+    retriever's order below them."""
+
+    provider: Literal["rerank"]
+    over: str = Field(
+        default="bm25",
+        description="the retriever whose top_k it re-orders: bm25, dense, or a benchmark's"
+        " released ranking (e.g. SummHay's vector)",
+    )
+    top_k: int = Field(default=20, ge=1, description="passages re-ordered per query")
+    max_chars: int | None = Field(
+        default=None, ge=1, description="cut each passage to this many characters before sending"
+    )
+    price_per_1k_requests: float = Field(
+        default=0.0, ge=0, description="USD per 1,000 rerank requests (Cohere prices searches)"
+    )
+
+
+class PythonRetriever(Strict):
+    """A retriever the user writes: an entry point (`module:callable`) given the query and the
+    item's passages, returning a score per passage or the passage ids in order. A LangChain or
+    LlamaIndex retriever wraps into one in a few lines (README "Your own retriever"). Its
+    module is found in `inputs/retrievers/` (a dependency of every retrieval stage) or among
+    installed packages."""
+
+    provider: Literal["python"]
+    entry: str = Field(description="module:callable, e.g. my_retriever:score")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments passed to it as `options`"
+    )
+
+    @field_validator("entry")
+    @classmethod
+    def _entry(cls, entry: str) -> str:
+        return check_entry_point(entry)
+
+
+class RunRetriever(Strict):
+    """A TREC run file made elsewhere (`qid Q0 docid rank score tag` per line): the ranking of
+    each query is replayed. Per benchmark, the file of its queries (query and passage ids as the
+    benchmark's retrieval names them: `lfbench export queries` lists them)."""
+
+    provider: Literal["run"]
+    files: dict[str, str] = Field(
+        min_length=1, description="benchmark -> its run file (e.g. inputs/retrievers/x.run)"
+    )
+
+
+RETRIEVER_PROVIDERS: dict[str, type[BaseModel]] = {
+    "bm25": Bm25Retriever,
+    "dense": DenseRetriever,
+    "embeddings": EmbeddingsRetriever,
+    "rerank": RerankRetriever,
+    "python": PythonRetriever,
+    "run": RunRetriever,
+}
+# The project's own retrievers, by name, wherever a benchmark takes a retrieval setting: an entry
+# may not take one of these names.
+BUILTIN_RETRIEVERS = ("bm25", "dense")
+
+RetrieverSpec = Annotated[
+    Annotated[Bm25Retriever, Tag("bm25")]
+    | Annotated[DenseRetriever, Tag("dense")]
+    | Annotated[EmbeddingsRetriever, Tag("embeddings")]
+    | Annotated[RerankRetriever, Tag("rerank")]
+    | Annotated[PythonRetriever, Tag("python")]
+    | Annotated[RunRetriever, Tag("run")],
+    Discriminator(
+        lambda v: (
+            (v.get("provider") if isinstance(v, dict) else getattr(v, "provider", None))
+            if (v.get("provider") if isinstance(v, dict) else getattr(v, "provider", None))
+            in RETRIEVER_PROVIDERS
+            else None
+        ),
+        custom_error_type="provider",
+        custom_error_message=(
+            f"unknown retriever provider; use one of {', '.join(RETRIEVER_PROVIDERS)}"
+        ),
+    ),
+]
 
 
 # ---------------------------------------------------------------- judges
@@ -343,7 +575,12 @@ CORE_MODEL_PROVIDERS: dict[str, type[BaseModel]] = {
     "openai": OpenAIModel,
     "published": PublishedModel,
     "baseline": BaselineModel,
+    "python": PythonModel,
+    "outputs": OutputsModel,
 }
+# The providers of a whole RAG system (its own retrieval): a benchmark runs them when it says
+# what such a system is asked and how its answer becomes an output (`Benchmark.systems`).
+SYSTEM_PROVIDERS = frozenset({"python", "outputs"})
 CORE_JUDGE_PROVIDERS: dict[str, type[BaseModel]] = {
     "openai": OpenAIJudge,
     "published": PublishedJudge,
@@ -357,9 +594,11 @@ def owner_of(provider: str) -> str | None:
     return head if sep and head in packages.names() else None
 
 
+# the union's tags, left out of an error's location (models.q.temperature, not models.q.openai...)
 _TAGS = {
     "models": {*CORE_MODEL_PROVIDERS, "owned"},
     "judges": {*CORE_JUDGE_PROVIDERS, "owned"},
+    "retrievers": set(RETRIEVER_PROVIDERS),
 }
 
 
@@ -388,6 +627,8 @@ ModelSpec = Annotated[
     Annotated[OpenAIModel, Tag("openai")]
     | Annotated[PublishedModel, Tag("published")]
     | Annotated[BaselineModel, Tag("baseline")]
+    | Annotated[PythonModel, Tag("python")]
+    | Annotated[OutputsModel, Tag("outputs")]
     | Annotated[OwnedModel, Tag("owned")],
     Discriminator(
         _tagger(CORE_MODEL_PROVIDERS),
@@ -424,10 +665,15 @@ class BenchmarkParams(Strict):
     models: list[str] = Field(min_length=1)
     judges: list[str] = Field(min_length=1)
     prompts: PromptFiles = PromptFiles()
+    retrievers: list[str] = Field(
+        default_factory=list,
+        description="the retrievers entries this benchmark runs (a retrieval stage each:"
+        " `<benchmark>-retrieve@<name>`); its settings then name them like its own",
+    )
 
     @model_validator(mode="after")
     def _once(self) -> BenchmarkParams:
-        no_repeats(models=self.models, judges=self.judges)
+        no_repeats(models=self.models, judges=self.judges, retrievers=self.retrievers)
         return self
 
     def construction_llm(self) -> str | None:
@@ -455,6 +701,9 @@ class Params(Strict):
     seed: int = 0
     models: dict[str, ModelSpec]
     judges: dict[str, JudgeSpec]
+    # Retrievers by name (`pipeline/retrieval/providers.py`): listed in a benchmark's
+    # `retrievers`, each runs as that benchmark's retrieval stage.
+    retrievers: dict[str, RetrieverSpec] = {}
 
     _sections: dict[str, BenchmarkParams] = PrivateAttr(default_factory=dict)
 
@@ -466,11 +715,16 @@ class Params(Strict):
                 raise ValueError(f"{var!r} is not a valid environment variable name")
         return names
 
-    @field_validator("models", "judges", mode="before")
+    @field_validator("models", "judges", "retrievers", mode="before")
     @classmethod
-    def _check_entry_names(cls, entries: Any) -> Any:
+    def _check_entry_names(cls, entries: Any, info: ValidationInfo) -> Any:
         for name in entries if isinstance(entries, dict) else ():
             problem = name_problem(name) if isinstance(name, str) else "is not a string"
+            if problem is None and info.field_name == "retrievers" and name in BUILTIN_RETRIEVERS:
+                problem = (
+                    f"is the name of the project's own {name} retriever (usable as it is); give"
+                    " the entry another name"
+                )
             if problem is not None:
                 shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + "..."
                 raise ValueError(f"entry name {shown!r} {problem}")
@@ -580,7 +834,7 @@ def invalid(
     for err in e.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
         loc = prefix + tuple(err["loc"])
-        if len(loc) > 2 and loc[0] in ("models", "judges") and loc[2] in _TAGS[str(loc[0])]:
+        if len(loc) > 2 and loc[0] in _TAGS and loc[2] in _TAGS[str(loc[0])]:
             loc = loc[:2] + loc[3:]  # models.q.temperature, not the union's models.q.openai...
         lines.append(f"  {format_loc(loc)}: {msg}")
     return ConfigError(f"{path} is invalid:\n" + "\n".join(lines))

@@ -122,6 +122,23 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (`=HYPERLINK(...)` in a model
+# answer would run when the CSV is opened): such a cell is written with a leading ' (OWASP's
+# advice against CSV injection), which `from_spreadsheet` takes off again.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def to_spreadsheet(cell: str) -> str:
+    """A CSV cell that no spreadsheet runs as a formula: a leading ' before = + - @, a tab or a
+    CR (also before a cell that already starts with such quotes, so it reads back unchanged)."""
+    return "'" + cell if cell.lstrip("'").startswith(FORMULA_START) else cell
+
+
+def from_spreadsheet(cell: str) -> str:
+    """The value `to_spreadsheet` protected (a cell read back from the project's own CSV)."""
+    return cell[1:] if cell.startswith("'") and cell.lstrip("'").startswith(FORMULA_START) else cell
+
+
 def dumps_record(record: BaseModel | dict[str, Any]) -> str:
     payload = record.model_dump(mode="json") if isinstance(record, BaseModel) else record
     return json.dumps(payload, ensure_ascii=False, sort_keys=True)

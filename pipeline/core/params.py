@@ -14,10 +14,15 @@ from pydantic import BaseModel, ValidationError
 from pipeline.core import registry
 from pipeline.core.benchmark import AnyBenchmark, judge_kind, judge_providers, own_specs
 from pipeline.core.config import (
+    BUILTIN_RETRIEVERS,
+    SYSTEM_PROVIDERS,
     BenchmarkParams,
+    OutputsModel,
     OwnedJudge,
     OwnedModel,
     Params,
+    RerankRetriever,
+    RunRetriever,
     invalid,
     load_yaml,
     owner_of,
@@ -118,8 +123,9 @@ def _check_section(
 ) -> None:
     """The section's model and judge lists against the entries: defined, and runnable here."""
     name = bench.name
+    runs = bench.model_providers | (SYSTEM_PROVIDERS if bench.systems is not None else set())
     for kind, listed, entries, core in (
-        ("models", section.models, params.models, bench.model_providers),
+        ("models", section.models, params.models, runs),
         ("judges", section.judges, params.judges, judge_providers(bench)),
     ):
         for entry in listed:
@@ -156,10 +162,58 @@ def _check_section(
                     f"{name}.{kind}",
                     f"{entry!r} replays {replayed} outputs, not {name}'s",
                 )
+    for entry in section.models:
+        spec = params.models[entry]
+        if isinstance(spec, OutputsModel) and name not in spec.files:
+            raise problem(
+                path,
+                f"models.{entry}.files",
+                f"names no file for {name}, which lists {entry!r} in its models",
+            )
+    _check_retrievers(bench, section, params, path)
     try:
         bench.check_params(section, params)
     except ValueError as e:
         raise problem(path, name, str(e)) from e
+
+
+def _check_retrievers(
+    bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
+) -> None:
+    """The retrievers a section runs: defined, runnable by the benchmark, named apart from its
+    own settings, with what each needs for this benchmark."""
+    name = bench.name
+    if section.retrievers and bench.retrieval is None:
+        raise problem(path, f"{name}.retrievers", f"{name} takes no retrievers of yours")
+    reserved = bench.retrieval.reserved if bench.retrieval is not None else ()
+    for entry in section.retrievers:
+        spec = params.retrievers.get(entry)
+        if spec is None:
+            raise problem(
+                path,
+                f"{name}.retrievers",
+                f"names {entry!r}, which is not defined under retrievers",
+            )
+        if entry in reserved:
+            raise problem(
+                path,
+                f"retrievers.{entry}",
+                f"{entry!r} is the name of one of {name}'s own settings or rankings; give the"
+                " entry another name",
+            )
+        if isinstance(spec, RunRetriever) and name not in spec.files:
+            raise problem(
+                path,
+                f"retrievers.{entry}.files",
+                f"names no run file for {name}, which lists {entry!r} in its retrievers",
+            )
+        if isinstance(spec, RerankRetriever) and spec.over not in (*BUILTIN_RETRIEVERS, *reserved):
+            raise problem(
+                path,
+                f"retrievers.{entry}.over",
+                f"{spec.over!r} is not a ranking {name} has: use"
+                f" {', '.join([*BUILTIN_RETRIEVERS, *reserved])}",
+            )
 
 
 def load_params(

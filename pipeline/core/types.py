@@ -51,16 +51,30 @@ class EndpointConfig(BaseModel):
         return url
 
 
+def shown_url(url: str) -> str:
+    """A URL as a message may show it: never its query or fragment (`?key=...`, `#...`, where
+    people put tokens), and nothing at all when it has an `@` (a user name and password, or a
+    token, may be on either side of it)."""
+    text = url.strip()
+    if "@" in text:
+        return "(not shown: it has an @)"
+    cut = min((i for i in (text.find("?"), text.find("#")) if i >= 0), default=len(text))
+    if cut == len(text):
+        return repr(text)
+    return f"{text[:cut]!r} (its query and fragment not shown)"
+
+
 def check_base_url(url: str) -> None:
     """Refuse a base_url the client cannot send to as meant: not an http(s) URL with a host
     (`127.0.0.1:8000/v1`, `''`, `ftp://...`), a bad port, a query or fragment (the client appends
     `/chat/completions`), or a user name or password (never sent: the key comes from the variable
-    `api_key_env` names). The message never repeats the URL's credentials."""
+    `api_key_env` names). The message never repeats the URL's credentials, query or fragment
+    (`shown_url`)."""
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url.strip())
+    shown = shown_url(url)
     if parts.scheme.lower() not in ("http", "https") or "//" not in url:
-        shown = repr(url) if "@" not in url else "(not shown: it has an @)"
         raise ValueError(f"not an http(s) URL: {shown} (e.g. http://127.0.0.1:8000/v1)")
     if parts.username is not None or parts.password is not None:
         raise ValueError(
@@ -69,15 +83,16 @@ def check_base_url(url: str) -> None:
             " api_key_env names"
         )
     if not parts.hostname:
-        raise ValueError(f"no host in {url!r}; e.g. http://127.0.0.1:8000/v1")
+        raise ValueError(f"no host in {shown}; e.g. http://127.0.0.1:8000/v1")
     try:
         parts.port  # noqa: B018 - raises on a port that is not 0-65535
     except ValueError:
-        raise ValueError(f"not a valid port in {url!r}") from None
+        raise ValueError(f"not a valid port in {shown}") from None
     if parts.query or parts.fragment:
         raise ValueError(
-            f"has a query or fragment ({url!r}): the client appends /chat/completions to"
-            " base_url, so they would not reach the server as written"
+            f"has a query or fragment ({shown}): the client appends /chat/completions to"
+            " base_url, so they would not reach the server as written; a key goes in the"
+            " environment variable that api_key_env names"
         )
 
 

@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -49,7 +50,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pipeline.core.errors import LfbenchError, StageFailed
 
@@ -86,16 +87,25 @@ def checksum(a: CachedAnswer) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
+# A query parameter whose name says it holds a secret (`password=`, `token=`, `api_key=`, ...)
+SECRET_QUERY = re.compile(r"pass|secret|token|key|auth|signature|credential", re.IGNORECASE)
+
+
 def redact(url: str) -> str:
-    """A cache URL without its password (for logs and errors)."""
+    """A store URL as logs and errors show it (the response cache's, MLflow's, a DVC remote's):
+    its password, any query value whose name says secret (libpq's `?password=`, `token=`, ...)
+    and its fragment replaced by `***`."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=user + host))
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.split(':', 1)[0]}:***@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if SECRET_QUERY.search(k) else v) for k, v in pairs], safe="*")
+    fragment = "***" if parts.fragment else ""
+    return urlunsplit(parts._replace(netloc=netloc, query=query, fragment=fragment))
 
 
 # ---------------------------------------------------------------- backends

@@ -126,7 +126,12 @@ def cache_key(endpoint: EndpointConfig, request: ChatRequest) -> str:
     return sha256_text(canonical_json(payload))
 
 
-def write_usage(path: Path, report: UsageReport, entry_sha: str | None = None) -> None:
+def write_usage(
+    path: Path,
+    report: UsageReport,
+    entry_sha: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
     """Write a usage report as JSON, atomically: what was sent, from where it was answered,
     tokens and dollars (a DVC output: the same bytes whenever the same requests meet the same
     cache, so a run side by side writes what a serial one does), and its wall time apart, as run
@@ -137,6 +142,7 @@ def write_usage(path: Path, report: UsageReport, entry_sha: str | None = None) -
     wall = data.pop("wall_s")
     if entry_sha is not None:
         data["entry_sha"] = entry_sha
+    data |= dict(extra or {})  # e.g. the code digest of a RAG system of the user's
     write_json(path, data)
     write_json(wall_path(path), {"wall_s": wall})
 

@@ -257,13 +257,27 @@ def build_context(
     seed: int = 0,
     counter: TokenCounter | None = None,
     fmt: DocFormatter = format_document,
+    ranking: Sequence[int] | None = None,
 ) -> Context:
     """The context of `setting` for one subtopic.
 
     `budget_tokens=None` means the setting's default: no limit for the full-context settings,
     `DEFAULT_BUDGET_TOKENS` (15,000) for the retrievers. An explicit budget applies to both.
+    `ranking`: the document positions, best first, of a retriever of the user's (its retrieval
+    stage's output), packed as the project's retrievers are; documents it leaves out are not
+    shown.
     """
-    if setting in FULL_SETTINGS:
+    if ranking is not None:
+        by_position = {d.position: d for d in haystack.documents}
+        unknown = [p for p in ranking if p not in by_position]
+        if unknown:
+            raise LfbenchError(
+                f"item {subtopic.item_id}: the {setting!r} ranking names documents the haystack"
+                f" lacks: {unknown[:5]}"
+            )
+        docs = [by_position[p] for p in ranking]
+        budget: int | None = DEFAULT_BUDGET_TOKENS if budget_tokens is None else budget_tokens
+    elif setting in FULL_SETTINGS:
         docs = order_documents(haystack, subtopic, setting, seed)
         budget = budget_tokens
     elif setting in RETRIEVERS:

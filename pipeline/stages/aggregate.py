@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core import aggregation
-from pipeline.core.benchmark import AnyBenchmark, RunRow
+from pipeline.core.benchmark import AnyBenchmark, Context, RunRow
 from pipeline.core.config import Params, PublishedModel
 from pipeline.core.io import (
     atomic_write_bytes,
@@ -45,8 +45,10 @@ from pipeline.stages.common import (
     prompt_shas,
     read_dataset,
     read_runs,
+    retrieval_lineage_path,
     stage_md5_of,
     usage_metrics,
+    usage_path,
 )
 from pipeline.stages.tracking import DatasetRef, RunSpec, SyncReport, sync
 
@@ -230,6 +232,8 @@ def aggregate(
                 "dvc.construct_stage_md5": construct_md5,
                 **common,
             }
+            lineage |= system_lineage(generations_dir, m)
+            lineage |= retriever_lineage(bench, ctx, root, row)
             metrics: dict[str, float] = {}
             if j in kappas:
                 metrics["judge.kappa_vs_human"] = kappas[j]
@@ -248,6 +252,36 @@ def aggregate(
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
+
+
+def retriever_lineage(
+    bench: AnyBenchmark, ctx: Context[Any], root: Path, row: RunRow
+) -> dict[str, str]:
+    """The `retriever.*` tags of a row whose setting used one of the user's retrievers: its
+    name, provider, model, entry digest and code or file digest (from its retrieval stage's
+    lineage file)."""
+    if bench.retrieval is None:
+        return {}
+    name = bench.retrieval.retriever_of(ctx, str(row.tags.get("setting", "")))
+    if name is None:
+        return {}
+    path = retrieval_lineage_path(root, bench.name, name)
+    info = read_json(path) if path.is_file() else {}
+    tags = {"retriever.name": name}
+    for k in ("provider", "model", "entry_sha", "code_sha", "file_sha", "over", "entry", "file"):
+        if isinstance(info, dict) and info.get(k) is not None:
+            tags[f"retriever.{k}"] = str(info[k])
+    return tags
+
+
+def system_lineage(generations_dir: Path, model: str) -> dict[str, str]:
+    """`model.entry_point` and `model.code_sha`, or `model.file` and `model.file_sha`, of a
+    whole RAG system of the user's (from its generate stage's usage file)."""
+    path = usage_path(generations_dir / f"{model}.jsonl")
+    info = read_json(path).get("system") if path.is_file() else None
+    if not isinstance(info, dict):
+        return {}
+    return {f"model.{k}": str(v) for k, v in info.items() if v is not None}
 
 
 # The row keys that name a flagged row in a report, beside system / setting / judge.

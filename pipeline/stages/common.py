@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,29 @@ def judge_stage(benchmark: str, model: str, judge: str) -> str:
 
 def agreement_stage(benchmark: str, judge: str | None = None) -> str:
     return f"{benchmark}-agreement" + (f"@{judge}" if judge else "")
+
+
+def retrieve_stage(benchmark: str, retriever: str) -> str:
+    return f"{benchmark}-retrieve@{retriever}"
+
+
+def retrieval_path(root: Path, benchmark: str, retriever: str) -> Path:
+    """Where a retrieval stage writes its rankings (`pipeline/stages/retrieve.py`)."""
+    return root / "retrievals" / benchmark / f"{retriever}.jsonl"
+
+
+def retrieval_lineage_path(root: Path, benchmark: str, retriever: str) -> Path:
+    """Where a retrieval stage writes what made its rankings (provider, model, entry and code or
+    file digests): the aggregate's MLflow lineage; the same bytes however the requests were
+    answered (a forced re-run from the cache changes nothing downstream)."""
+    return root / "retrievals" / "lineage" / benchmark / f"{retriever}.json"
+
+
+def retrieval_usage_path(root: Path, benchmark: str, retriever: str) -> Path:
+    """Where a retrieval stage writes its usage and the retriever's lineage: apart from the
+    rankings (the generate stages depend on those only, so a re-run answered by the cache,
+    whose usage differs, re-runs nothing downstream)."""
+    return root / "retrievals" / "usage" / benchmark / f"{retriever}.json"
 
 
 class FileInputs:
@@ -143,7 +166,38 @@ def context(
         for name, path in section.prompts.model_dump().items()
         if isinstance(path, str)
     }
-    return Context(params, section, prompts, FileInputs(root), str(data_dir))
+    rankings = rankings_reader(root, bench.name)
+    return Context(params, section, prompts, FileInputs(root), str(data_dir), rankings=rankings)
+
+
+def rankings_reader(root: Path, benchmark: str) -> Callable[[str], Mapping[str, Any]]:
+    """`Context.rankings`: a retriever's rankings by query id, read once from its retrieval
+    stage's output (an error naming the file and the stage when it is not there)."""
+    loaded: dict[str, dict[str, Any]] = {}
+
+    def read(retriever: str) -> Mapping[str, Any]:
+        if retriever not in loaded:
+            path = retrieval_path(root, benchmark, retriever)
+            shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+            if not path.is_file():
+                raise DataError(
+                    f"no rankings by retriever {retriever!r}: run its retrieval stage"
+                    f" (`dvc repro {retrieve_stage(benchmark, retriever)}`)",
+                    file=shown,
+                )
+            out: dict[str, Any] = {}
+            for lineno, line in iter_lines(path, shown):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    out[str(row["query_id"])] = [(str(p), s) for p, s in row["ranking"]]
+                except (ValueError, KeyError, TypeError) as e:
+                    raise DataError(f"not a ranking line ({e})", file=f"{shown}:{lineno}") from e
+            loaded[retriever] = out
+        return loaded[retriever]
+
+    return read
 
 
 def read_dataset(bench: AnyBenchmark, path: Path) -> list[BaseModel]:
@@ -231,6 +285,8 @@ _TRANSPORT = frozenset(
         "price_input_per_1m",
         "price_output_per_1m",
         "embedding_cache",
+        "batch_size",
+        "price_per_1k_requests",
     }
 )
 

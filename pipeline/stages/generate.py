@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Planned
-from pipeline.core.config import OpenAIModel, Params, Slice
+from pipeline.core.config import OpenAIModel, OutputsModel, Params, PythonModel, Slice
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_jsonl
 from pipeline.core.records import Generation, Usage
@@ -166,8 +166,9 @@ def model_dataset(
 ) -> list[Any]:
     """The items a model runs on: its own slice of the dataset when it has one for this
     benchmark (what `generate` sends and `lfbench plan` counts), else the whole dataset."""
-    if isinstance(spec, OpenAIModel) and bench.name in spec.slice:
-        return sliced(bench, dataset, spec.slice[bench.name], model, where)
+    cuts = getattr(spec, "slice", None)
+    if isinstance(cuts, dict) and bench.name in cuts:
+        return sliced(bench, dataset, cuts[bench.name], model, where)
     return dataset
 
 
@@ -185,6 +186,7 @@ def generate(
     ctx = context(bench, params, root, data_dir)
     dataset = read_dataset(bench, dataset_path)
     report: UsageReport
+    lineage: dict[str, str] = {}
     dataset = model_dataset(bench, dataset, spec, model, str(dataset_path))
     if isinstance(spec, OpenAIModel):
         endpoint = spec.endpoint()
@@ -258,11 +260,16 @@ def generate(
                 truncated[0].generation_id,
                 truncated[0].meta["truncation"],
             )
+    elif isinstance(spec, PythonModel | OutputsModel):
+        from pipeline.stages.systems import system_generations
+
+        gens, report, lineage = system_generations(bench, ctx, model, spec, dataset, root, stage)
     else:
         gens = bench.offline_generations(ctx, model, spec, dataset)
         report = no_usage(stage)
     write_jsonl(out, gens)
-    write_usage(usage_path(out), report, entry_sha(spec, bench.name))
+    extra = {"system": lineage} if lineage else None
+    write_usage(usage_path(out), report, entry_sha(spec, bench.name), extra)
     log.info("wrote %s: %d generations", out, len(gens))
     finish_llm_stage(stage, root, report, [g for g in gens if g.status != "ok"])
     return len(gens)

@@ -21,9 +21,10 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from pipeline.core.errors import LfbenchError
+from pipeline.llm.cache import SECRET_QUERY, redact
 
 
 def tracking_uri(root: Path) -> str:
@@ -45,7 +46,6 @@ HTTP_DEFAULTS = {
 CONNECT_TIMEOUT_S = 5.0
 ANSWER_TIMEOUT_S = 10.0
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
-_SECRET_QUERY = re.compile(r"pass|secret|token|key", re.IGNORECASE)
 
 
 def bounded_http() -> None:
@@ -55,18 +55,9 @@ def bounded_http() -> None:
 
 
 def masked(uri: str) -> str:
-    """The store URI as logs and errors show it: its password (and any query value whose name
-    says secret: `password=`, `token=`, ...) replaced by `***`."""
-    parts = urlsplit(uri)
-    netloc = parts.netloc
-    if parts.password is not None:
-        user, _, host = netloc.rpartition("@")
-        netloc = f"{user.split(':', 1)[0]}:***@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if _SECRET_QUERY.search(k) else v) for k, v in pairs])
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+    """The store URI as logs and errors show it: its password, any query value whose name says
+    secret (`password=`, `token=`, ...) and its fragment replaced by `***`."""
+    return redact(uri)
 
 
 def secrets_of(uri: str) -> list[str]:
@@ -76,8 +67,10 @@ def secrets_of(uri: str) -> list[str]:
     if parts.password:
         found += [parts.password, unquote(parts.password)]
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if _SECRET_QUERY.search(k) and v:
+        if SECRET_QUERY.search(k) and v:
             found += [v, quote(v, safe="")]
+    if parts.fragment:
+        found += [parts.fragment, unquote(parts.fragment)]
     return sorted({s for s in found if s}, key=len, reverse=True)
 
 

@@ -33,13 +33,22 @@ from __future__ import annotations
 import logging
 import math
 import shlex
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark, Context, judge_kind, llm_capability
-from pipeline.core.config import OpenAIJudge, OpenAIModel, Params
+from pipeline.core.config import (
+    EmbeddingsRetriever,
+    OpenAIJudge,
+    OpenAIModel,
+    OutputsModel,
+    Params,
+    PythonModel,
+    PythonRetriever,
+    RerankRetriever,
+)
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import read_json, read_jsonl
 from pipeline.core.records import Generation
@@ -52,10 +61,16 @@ from pipeline.stages.common import (
     judge_stage,
     llm_paths,
     not_judged,
+    rankings_reader,
     read_dataset,
+    retrieval_path,
+    retrieve_stage,
     usage_path,
 )
 from pipeline.stages.generate import model_dataset
+
+# a whole RAG system's answer, for planning its judging before it ran (about 300 words)
+SYSTEM_ANSWER_TOKENS = 400
 
 # ---------------------------------------------------------------- arithmetic
 
@@ -129,7 +144,7 @@ def duration(
 @dataclass
 class StagePlan:
     stage: str
-    kind: str  # generate | judge | agreement | other
+    kind: str  # retrieve | generate | judge | agreement | other
     benchmark: str | None = None
     model: str | None = None
     judge: str | None = None
@@ -382,6 +397,8 @@ class Planner:
             )
         if cmd.kind == "judge":
             return self.judge(cmd, o["benchmark"], o["model"], o["judge"])
+        if cmd.kind == "retrieve":
+            return self.retrieve(cmd)
         plan = StagePlan(cmd.name, "other", benchmark=o.get("benchmark"))
         llms = configured_llms(self.params.raw_section(o.get("benchmark", "")))
         if cmd.kind == "construct" and llms:
@@ -389,22 +406,127 @@ class Planner:
         return plan
 
     def _planned_generations(
-        self, bench: AnyBenchmark, model: str, spec: OpenAIModel, dataset_path: str, data: str
+        self,
+        bench: AnyBenchmark,
+        model: str,
+        spec: OpenAIModel,
+        dataset_path: str,
+        data: str,
+        plan: StagePlan | None = None,
     ) -> list[Any]:
         ctx = self._ctx(bench, data)
-        dataset = model_dataset(
-            bench, self._dataset(bench, dataset_path), spec, model, dataset_path
-        )
+        full = self._dataset(bench, dataset_path)
+        ctx = replace(ctx, rankings=self._rankings(bench, ctx, full, plan))
+        dataset = model_dataset(bench, full, spec, model, dataset_path)
         return bench.plan_generations(ctx, model, spec, dataset)
+
+    def _rankings(
+        self, bench: AnyBenchmark, ctx: Context[Any], dataset: list[Any], plan: StagePlan | None
+    ) -> Callable[[str], Mapping[str, Any]]:
+        """Your retrievers' rankings for planning: their retrieval stages' outputs, or, for one
+        not made yet (or about to be remade), a stand-in order of the same passages (the
+        contexts then hold as many tokens; their requests are not cache hits: estimated)."""
+        made = rankings_reader(self.root, bench.name)
+
+        def read(name: str) -> Mapping[str, Any]:
+            stage = retrieve_stage(bench.name, name)
+            if stage not in self.changed and retrieval_path(self.root, bench.name, name).exists():
+                return made(name)
+            assert bench.retrieval is not None
+            if plan is not None:
+                plan.estimated = True
+                note = (
+                    f"estimated: {name}'s rankings are not made yet ({stage}): contexts built"
+                    " from a stand-in order of the same passages"
+                )
+                if note not in plan.notes:
+                    plan.notes.append(note)
+            queries = bench.retrieval.queries(ctx, dataset, name)
+            return {q.id: [(p.id, None) for p in q.passages] for q in queries}
+
+        return read
+
+    def retrieve(self, cmd: StageCmd) -> StagePlan:
+        """A retrieval stage: the embedding texts or rerank requests the cache and journal do
+        not hold, their tokens (cl100k_base, the texts sent), cost and time."""
+        o = cmd.options
+        name = o["retriever"]
+        spec = self.params.retrievers[name]
+        plan = StagePlan(cmd.name, "retrieve", o["benchmark"], name, provider=spec.provider)
+        bench = self._bench(o["benchmark"])
+        if bench.retrieval is None:
+            return plan
+        if isinstance(spec, PythonRetriever):
+            plan.notes.append(f"your code ({spec.entry}): its calls and cost are not planned")
+            return plan
+        if not isinstance(spec, EmbeddingsRetriever | RerankRetriever):
+            return plan
+        from pipeline.llm.retrieval import embedding_key, rerank_key
+        from pipeline.retrieval.tokens import count_tokens_batch
+
+        ctx = self._ctx(bench, o.get("data", ""))
+        queries = bench.retrieval.queries(ctx, self._dataset(bench, o["dataset"]), name)
+        texts: dict[str, str] = {}  # cache key -> what is sent
+        sizes: dict[str, int] = {}
+        if isinstance(spec, EmbeddingsRetriever):
+            from pipeline.retrieval.windows import cut
+
+            passages = list(dict.fromkeys(p.text for q in queries for p in q.passages))
+            windows = cut(passages, spec.window_tokens, spec.tokenizer, str(self.root))
+            for t in [spec.query_prefix + q.text for q in queries] + [
+                spec.passage_prefix + w for ws in windows for w in ws
+            ]:
+                texts.setdefault(embedding_key(spec.model, t, spec.dimensions), t)
+        else:
+            from pipeline.stages.retrieve import base_ranking
+
+            for q in queries:
+                by_id = {p.id: p.text for p in q.passages}
+                docs = [by_id[p][: spec.max_chars] for p in base_ranking(spec.over, q)]
+                docs = docs[: spec.top_k]
+                key = rerank_key(spec.model, q.text, docs, len(docs))
+                texts[key] = q.text
+                sizes[key] = len(docs)
+        hits = cached_answers(self.root, cmd.name, list(texts))
+        todo = [k for k in texts if k not in hits]
+        plan.built, plan.cache_hits = len(texts), len(hits)
+        counts = dict(zip(todo, count_tokens_batch([texts[k] for k in todo]), strict=True))
+        if isinstance(spec, EmbeddingsRetriever):
+            plan.requests = math.ceil(len(todo) / spec.batch_size)
+            plan.prompt_tokens = sum(counts.values())
+            plan.notes.append(
+                f"{len(todo)} of {len(texts)} texts to embed, {spec.batch_size} per request"
+            )
+        else:
+            plan.requests = len(todo)
+            # a reranker reads the query beside each document
+            plan.prompt_tokens = sum(counts[k] * sizes[k] for k in todo)
+            plan.notes.append("rerank tokens: the query counted once per document, documents not")
+        endpoint = spec.endpoint()
+        price = plan.prompt_tokens * spec.price_input_per_1m / 1e6
+        if isinstance(spec, RerankRetriever):
+            price += plan.requests * spec.price_per_1k_requests / 1000
+        plan.cost_usd_max = round(price, 8)
+        plan.time_s, plan.time_basis = duration(
+            endpoint,
+            plan.requests,
+            plan.prompt_tokens,
+            measured_rate=None,
+            seconds_per_request=self.seconds_per_request,
+        )
+        return plan
 
     def generate(
         self, stage: str, benchmark: str, model: str, dataset_path: str, data: str
     ) -> StagePlan:
         spec = self.params.models[model]
         plan = StagePlan(stage, "generate", benchmark, model, provider=spec.provider)
+        if isinstance(spec, PythonModel):
+            plan.notes.append(f"your code ({spec.entry}): its calls and cost are not planned")
         if not isinstance(spec, OpenAIModel):
             return plan
-        planned = self._planned_generations(self._bench(benchmark), model, spec, dataset_path, data)
+        bench = self._bench(benchmark)
+        planned = self._planned_generations(bench, model, spec, dataset_path, data, plan)
         out = self._path(f"generations/{benchmark}/{model}.jsonl")
         fitted = fitted_note(spec, planned)
         if fitted:
@@ -436,9 +558,13 @@ class Planner:
             return read_jsonl(path, Generation), {}
         bench = self._bench(benchmark)
         spec = self.params.models[model]
+        if isinstance(spec, PythonModel | OutputsModel):
+            return self._system_standins(bench, model, spec, o, plan)
         if not isinstance(spec, OpenAIModel):
             ctx = self._ctx(bench, o.get("data", ""))
-            gens = bench.offline_generations(ctx, model, spec, self._dataset(bench, o["dataset"]))
+            dataset = self._dataset(bench, o["dataset"])
+            ctx = replace(ctx, rankings=self._rankings(bench, ctx, dataset, plan))
+            gens = bench.offline_generations(ctx, model, spec, dataset)
             plan.notes.append(f"{model}'s outputs made here (no model call)")
             return gens, {}
         planned = self._planned_generations(bench, model, spec, o["dataset"], o.get("data", ""))
@@ -473,6 +599,41 @@ class Planner:
                 + (" (its mean in an earlier run)" if m else " (its max_tokens: an upper bound)")
             )
         return gens, extra
+
+    def _system_standins(
+        self,
+        bench: AnyBenchmark,
+        model: str,
+        spec: PythonModel | OutputsModel,
+        o: Mapping[str, str],
+        plan: StagePlan,
+    ) -> tuple[list[Generation], dict[str, int]]:
+        """A whole RAG system's outputs: an outputs file's are read (no call); a python
+        system's are stand-ins, one per question, of SYSTEM_ANSWER_TOKENS each (estimated)."""
+        from pipeline.stages.systems import error_generation, outputs_generations
+
+        if bench.systems is None:
+            return [], {}
+        ctx = self._ctx(bench, o.get("data", ""))
+        dataset = model_dataset(bench, self._dataset(bench, o["dataset"]), spec, model, "")
+        questions = bench.systems.questions(ctx, dataset)
+        if isinstance(spec, OutputsModel):
+            plan.notes.append(f"{model}'s answers read from {spec.files[bench.name]}")
+            return outputs_generations(bench, ctx, model, spec, questions, self.root), {}
+        system = spec.system or model
+        setting = bench.systems.setting(model, system)
+        gens = [
+            error_generation(bench.name, q, model, system, setting, "").model_copy(
+                update={"status": "ok", "text": "", "error": None}
+            )
+            for q in questions
+        ]
+        plan.estimated = True
+        plan.notes.append(
+            f"estimated: {model} is your code; each of its {len(gens)} answers counted as"
+            f" {SYSTEM_ANSWER_TOKENS} tokens"
+        )
+        return gens, {g.generation_id: SYSTEM_ANSWER_TOKENS for g in gens}
 
     def judge(self, cmd: StageCmd, benchmark: str, model: str, judge: str) -> StagePlan:
         spec = self.params.judges[judge]

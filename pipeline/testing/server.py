@@ -12,6 +12,8 @@ cores. Built on aiohttp.
   answers with that reason, e.g. ``content_filter``, and ``"reply": null`` with no content) or
   ``--responder module:function`` (a callable ``(body: dict) -> str``). Token counts are
   ``max(1, chars // 4)`` unless ``--tokenizer`` says otherwise.
+- ``POST /v1/embeddings`` and ``POST /v1/rerank`` (Cohere's form) answer with deterministic
+  vectors and scores (``Server.embeddings``, ``Server.rerank``), with the same faults and log.
 - ``GET /v1/models`` lists one model.
 - ``--latency-ms``: sleep before answering.
 - ``--tokenizer``: how usage counts tokens: `chars` (a quarter of the characters, the default) or
@@ -455,6 +457,78 @@ class Server:
                 return await self._drip(request, record, resp)
         return await self._answer(request, record, resp)
 
+    async def rerank(self, request: web.Request) -> web.StreamResponse:
+        """`/v1/rerank` (Cohere's form, as Jina, vLLM, TEI and llama.cpp's server take it): the
+        documents scored by the cosine of their `text_vector` with the query's, best first,
+        `top_n` of them, with the same fault plan and log as chat (`prompt_head` is the query,
+        `n_inputs` the number of documents). A query holding `garbage-rerank` gets an index
+        out of range."""
+        arrived = time.time()
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            bad = _error(400, "request body is not a JSON object")
+            await _send(request, bad)
+            return bad
+        query, docs = body.get("query"), body.get("documents")
+        body_sha = hashlib.sha256(
+            json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        ).hexdigest()
+        attempt, fault = self.faults.next(body_sha, [])
+        record: dict[str, Any] = {
+            "time": arrived,
+            "body_sha256": body_sha,
+            "prompt_head": str(query)[:200],
+            "n_inputs": len(docs) if isinstance(docs, list) else 0,
+            "model": body.get("model"),
+            "attempt": attempt,
+            "fault": fault,
+            "status": 200,
+            "served": False,
+        }
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        resp: web.StreamResponse
+        if fault == "hang":
+            return await self._hang(request, record)
+        injected = self._injected("500" if fault == "truncated" else fault)
+        if injected is not None:
+            resp = injected
+        elif fault == "malformed":
+            resp = web.Response(status=200, text='{"results": [', content_type="application/json")
+        elif (
+            not isinstance(query, str)
+            or not isinstance(docs, list)
+            or not docs
+            or not all(isinstance(d, str) for d in docs)
+            or not body.get("model")
+        ):
+            resp = _error(400, "'model', a 'query' and a non-empty 'documents' list are required")
+        elif "garbage-rerank" in query:
+            resp = web.json_response({"results": [{"index": len(docs), "relevance_score": 1.0}]})
+        else:
+            q = text_vector(query)
+            scores = [sum(a * b for a, b in zip(q, text_vector(d), strict=True)) for d in docs]
+            order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))
+            top_n = body.get("top_n")
+            if isinstance(top_n, int) and top_n > 0:
+                order = order[:top_n]
+            pt = n_tokens(query) * len(docs) + sum(n_tokens(d) for d in docs)
+            resp = web.json_response(
+                {
+                    "model": str(body["model"]),
+                    "results": [{"index": i, "relevance_score": scores[i]} for i in order],
+                    "usage": {"prompt_tokens": pt, "total_tokens": pt},
+                }
+            )
+            record["served"] = True
+            if fault == "drip":
+                return await self._drip(request, record, resp)
+        return await self._answer(request, record, resp)
+
     def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
         self.counter += 1
         pt, ct = prompt_tokens(body), n_tokens(content)
@@ -519,6 +593,7 @@ async def serve(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_post("/v1/embeddings", server.embeddings)
+    app.router.add_post("/v1/rerank", server.rerank)
     app.router.add_get("/v1/models", server.models)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
     await runner.setup()

@@ -6,14 +6,17 @@ against an answer), seeded and stratified (`pipeline.metrics.audit.systematic_sa
 puts each where a person can label it:
 
 - an MLflow trace linked to the row's run: its inputs are what the judge saw (the benchmark's
-  `Audit.view`) and the label scale, its output the judge's verdict, which is also logged as
-  the judge's assessment (source LLM_JUDGE); a person adds a feedback assessment of the same
-  name (source HUMAN) in the UI's trace view;
+  `Audit.view`) and the label scale; blind: nothing on it says what the judge decided (its
+  output says what to give); a person adds a feedback assessment named after the scale (source
+  HUMAN) in the UI's trace view, read back by the output and target ids the trace carries;
 - a CSV file (`audits/<sample>.csv`) to fill in a spreadsheet: one line per unit, the inputs,
-  an empty `label` column.
+  an empty `label` column (blind too; a cell a spreadsheet would run as a formula starts
+  with ').
 
-The sample itself is `audits/<sample>.json`: the run, the judge's prompt hash, and per unit the
-generation id with a hash of its text, the reference unit and the judge's label. Nothing about
+Units are numbered in a seeded random order, so the first k a person labels are a random
+subset of the draw. The sample itself is `audits/<sample>.json`: the run, the judge's prompt
+hash, and per unit the generation id with a hash of its text, the reference unit and the
+judge's label (`audit score` takes the judge's labels from the run's judgements). Nothing about
 it changes the run's metrics or identity: the run gets an `audit.samples` tag, and `audit.*`
 tags and metrics are left out of what the MLflow sync compares (`tracking.stored_fingerprint`).
 
@@ -22,9 +25,10 @@ given with `--labels`, which wins where both label a unit), checks that they sti
 row's judge has the sample's prompt hash and every sampled output its text hash: labels made for
 another judge version or another output are refused, by name), and computes, on the current
 run of the row: the judge's Cohen's kappa against the person with a bootstrap interval and n;
-the prediction-powered estimate of the metric the verdicts make (`Audit.scale().metric`) with
-its 95% interval (`pipeline.metrics.audit.ppi_mean`), and the interval of the human labels
-alone. It logs them on the run (`audit.kappa`, `audit.n`, `audit.<metric>_ppi` with
+the power-tuned prediction-powered estimate of the metric the verdicts make
+(`Audit.scale().metric`) with its 95% interval (`pipeline.metrics.audit.ppi_mean`), the interval
+of the human labels alone, the judge-by-person confusion matrix and the units where they
+disagree. It logs the figures on the run (`audit.kappa`, `audit.n`, `audit.<metric>_ppi` with
 `_ci_low/_ci_high`, ...) and writes `audits/<sample>.score.json`, which `lfbench report` shows.
 Re-running it after more labels updates the same run.
 
@@ -36,6 +40,7 @@ and corrected score.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import io
@@ -49,17 +54,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.benchmark import AnyBenchmark, Audit, AuditScale, Context, PriorLabel
 from pipeline.core.config import Params
 from pipeline.core.errors import ConfigError, DataError, LfbenchError
-from pipeline.core.io import read_jsonl, write_json
+from pipeline.core.io import from_spreadsheet, read_jsonl, to_spreadsheet, write_json
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.metrics.audit import (
     Estimate,
     audit_kappa,
-    classical_mean,
     ppi_mean,
     systematic_sample,
 )
@@ -69,6 +74,8 @@ log = logging.getLogger(__name__)
 AUDITS = Path("audits")
 SAMPLE_TAG = "lfbench.audit.sample"
 UNIT_TAG = "lfbench.audit.unit"
+# the verdict a trace shows (what its labels are matched on): the output, its text hash, the target
+TRACE_OUTPUT, TRACE_SHA, TRACE_TARGET = "generation.id", "generation.sha", "target.id"
 RUN_SAMPLES = "audit.samples"  # the run's tag: the samples made of it
 PENDING = "audit.pending"  # tracking.AUDIT_PENDING: a new run of an audited row
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -161,6 +168,29 @@ def _experiment_id(client: Any, benchmark: str) -> str:
     if exp is None:
         raise LfbenchError(f"no MLflow experiment {benchmark!r}: run `dvc repro` first")
     return str(exp.experiment_id)
+
+
+def get_run(client: Any, run_id: str, benchmark: str) -> Any:
+    """The run `--run` names, or one line saying why not: no such run in the store (an unknown
+    or malformed id), or a run of another benchmark's experiment."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise
+        raise LfbenchError(
+            f"--run {run_id!r}: no MLflow run with this id in the project's store (copy the id"
+            f" from the run's page in `lfbench ui`, or name the run with --model)"
+        ) from None
+    exp_id = _experiment_id(client, benchmark)
+    if run.info.experiment_id != exp_id:
+        exp = client.get_experiment(run.info.experiment_id)
+        raise LfbenchError(
+            f"--run {run_id!r}: a run of experiment {exp.name!r}, not of {benchmark!r}"
+        )
+    return run
 
 
 def current_run(client: Any, benchmark: str, row_key: str) -> Any:
@@ -265,10 +295,44 @@ def load_sample(root: Path, name: str) -> Sample:
         raise DataError(
             f"no audit sample {name!r}: `lfbench audit sample` makes it", file=str(path)
         )
+    raw = path.read_bytes()
     try:
-        return Sample.model_validate_json(path.read_bytes())
+        sample = Sample.model_validate_json(raw)
     except ValueError as e:
         raise DataError(f"not an audit sample: {e}", file=str(path)) from e
+    _check_units(sample, raw.decode("utf-8", errors="replace"), path)
+    return sample
+
+
+def _check_units(sample: Sample, text: str, path: Path) -> None:
+    """A hand-edited sample with one unit name twice, or one verdict under two names, is
+    refused (it would count one label twice), naming the units and their lines."""
+    first: dict[str, Unit] = {}
+    verdicts: dict[tuple[str, str], Unit] = {}
+    for u in sample.units:
+        if u.unit in first:
+            at = [
+                str(n)
+                for n, line in enumerate(text.splitlines(), 1)
+                if re.search(rf'"unit"\s*:\s*{re.escape(json.dumps(u.unit))}', line)
+            ]
+            where = f"lines {' and '.join(at)}" if len(at) > 1 else "twice"
+            raise DataError(
+                f"unit {u.unit} is in the sample twice ({where}): each unit is one verdict;"
+                " rename or remove one (or make a new sample)",
+                file=str(path),
+                field="units",
+            )
+        first[u.unit] = u
+        key = (u.generation_id, u.target_id)
+        if key in verdicts:
+            raise DataError(
+                f"units {verdicts[key].unit} and {u.unit}: the same verdict ({u.target_id} of"
+                f" output {u.generation_id}) twice: remove one (or make a new sample)",
+                file=str(path),
+                field="units",
+            )
+        verdicts[key] = u
 
 
 def make_sample(
@@ -287,7 +351,7 @@ def make_sample(
     ctx = _context(bench, params, root)
     scale = Scale.of(audit.scale(ctx))
     client = _client(root)
-    run = client.get_run(run_id)
+    run = get_run(client, run_id, bench.name)
     from pipeline.stages.tracking import CURRENT, ROW_KEY
 
     if run.data.tags.get(CURRENT) != "true":
@@ -313,7 +377,10 @@ def make_sample(
         raise LfbenchError(f"sample name {name!r}: letters, digits, '.', '_' and '-' only")
     width = len(str(n))
     units = []
-    for k, i in enumerate(picked, 1):
+    # numbered in a seeded random order, not in file order: the first k units a person labels
+    # (u01, u02, ...) are then a random subset of the drawn ones, not the first outputs' verdicts
+    order = [picked[int(j)] for j in np.random.default_rng([seed, 1]).permutation(len(picked))]
+    for k, i in enumerate(order, 1):
         v = population[i]
         g = v.generation
         units.append(
@@ -361,9 +428,12 @@ def make_sample(
 
 
 def _plain(s: Sample) -> dict[str, Any]:
+    """A sample as a draw: its verdicts, whatever their numbers and traces."""
     d = s.model_dump(mode="json")
     for u in d["units"]:
         u.pop("trace_id")
+        u.pop("unit")
+    d["units"].sort(key=lambda u: (u["generation_id"], u["target_id"]))
     return d
 
 
@@ -375,27 +445,31 @@ CSV_FIXED = ("sample", "unit", "item_id", "target_id")
 
 
 def write_csv(path: Path, sample: Sample) -> None:
-    """One line per unit: the inputs the judge saw, the scale, an empty `label` to fill in."""
+    """One line per unit: the inputs the judge saw, the scale, an empty `label` to fill in. A
+    cell a spreadsheet would run as a formula gets a leading ' (`to_spreadsheet`)."""
     names = list(dict.fromkeys(k for u in sample.units for k in u.inputs))
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([*CSV_FIXED, *names, "scale", "label"])
+    rows = [[*CSV_FIXED, *names, "scale", "label"]]
     for u in sample.units:
-        w.writerow(
+        rows.append(
             [sample.sample, u.unit, u.item_id, u.target_id]
             + [u.inputs.get(k, "") for k in names]
             + [" | ".join(sample.scale.labels), ""]
         )
+    # every cell: a model's answer (or an id) starting with = + - @ is not run as a formula
+    w.writerows([[to_spreadsheet(c) for c in r] for r in rows])
     from pipeline.core.io import atomic_write_text
 
     atomic_write_text(path, buf.getvalue())
 
 
 def log_traces(client: Any, sample: Sample) -> Sample:
-    """One trace per unit not traced yet, linked to the sample's run: inputs, the judge's
-    verdict as output and as its assessment, the scale named in the trace."""
+    """One trace per unit not traced yet, linked to the sample's run: the inputs the judge saw
+    and the scale. Blind: nothing on the trace says what the judge decided (its output is what
+    to do, not the verdict; no judge assessment); `audit score` takes the judge's labels from
+    the run's judgements, and the sample file keeps them."""
     import mlflow
-    from mlflow.entities import AssessmentSource, AssessmentSourceType
 
     exp_id = _experiment_id(client, sample.benchmark)
     scale = sample.scale
@@ -403,6 +477,7 @@ def log_traces(client: Any, sample: Sample) -> Sample:
         f"Add a feedback assessment named {scale.name!r} with one of: "
         f"{', '.join(scale.labels)} ({scale.meaning})"
     )
+    todo = f"yours to give: add feedback named {scale.name!r} (the label scale is an input)"
     done = []
     for u in sample.units:
         if u.trace_id is not None:
@@ -417,27 +492,16 @@ def log_traces(client: Any, sample: Sample) -> Sample:
                 "lfbench.audit.scale": scale.describe(),
                 "judge.name": sample.judge,
                 "judge.prompt_sha": sample.judge_prompt_sha,
-                "generation.id": u.generation_id,
-                "generation.sha": u.generation_sha,
-                "target.id": u.target_id,
+                TRACE_OUTPUT: u.generation_id,
+                TRACE_SHA: u.generation_sha,
+                TRACE_TARGET: u.target_id,
             },
             experiment_id=exp_id,
             run_id=sample.run_id,
         )
-        client.end_trace(span.trace_id, outputs={"verdict": u.judge_label})
+        client.end_trace(span.trace_id, outputs={"label": todo})
         done.append(u.model_copy(update={"trace_id": span.trace_id}))
     mlflow.flush_trace_async_logging()
-    for old, new in zip(sample.units, done, strict=True):
-        if old.trace_id is None and new.trace_id is not None:
-            mlflow.log_feedback(
-                trace_id=new.trace_id,
-                name=scale.name,
-                value=new.judge_label,
-                source=AssessmentSource(
-                    source_type=AssessmentSourceType.LLM_JUDGE, source_id=sample.judge
-                ),
-                rationale=f"judge {sample.judge} (prompt sha {sample.judge_prompt_sha[:12]})",
-            )
     run = client.get_run(sample.run_id)
     names = {x for x in run.data.tags.get(RUN_SAMPLES, "").split(",") if x}
     if sample.sample not in names:
@@ -462,19 +526,80 @@ def _on_scale(value: Any, scale: Scale) -> str | None:
     return None
 
 
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))  # fmt: skip
+_DELIMITERS = (",", ";", "\t", "|")
+_SHOWN = {"\t": "tab"}
+
+
+def _sheet_text(path: Path) -> str:
+    """A filled-in sheet's text: UTF-8, or UTF-8 / UTF-16 as its byte-order mark says; other
+    bytes are an error naming the file and line (never a UnicodeDecodeError traceback)."""
+    from pipeline.core.io import read_text
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError("not found", file=str(path)) from None
+    except OSError as e:
+        raise DataError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding).lstrip("\ufeff")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"starts with a {encoding} byte-order mark but is not {encoding} text"
+                    f" ({e.reason} at byte {e.start}): save it again as 'CSV UTF-8'",
+                    file=str(path),
+                ) from None
+    try:
+        return read_text(path)
+    except DataError as e:
+        raise DataError(
+            f"{e.reason}: save the sheet as 'CSV UTF-8' (or 'Unicode Text', UTF-16)",
+            file=e.file,
+            line=e.line,
+        ) from None
+
+
+def _delimiter(text: str, path: Path) -> str:
+    """The delimiter of a sheet: the first of , ; tab | that makes a header with the `unit`
+    and `label` columns (spreadsheets save with semicolons where the decimal mark is a comma,
+    with tabs as "Unicode Text"). None does: an error naming the columns it found."""
+    first = text.split("\n", 1)[0]
+    for d in _DELIMITERS:
+        header = next(csv.reader([first], delimiter=d), [])
+        names = [from_spreadsheet(h).strip() for h in header]
+        if "unit" in names and "label" in names:
+            return d
+    # the most frequent candidate shows what the header is made of
+    d = max(_DELIMITERS, key=first.count)
+    header = [h.strip() for h in next(csv.reader([first], delimiter=d), [])]
+    missing = "unit" if "unit" not in header else "label"
+    shown = _SHOWN.get(d, d)
+    raise DataError(
+        f"no column {missing!r} in the header (read with delimiter {shown!r}, tried"
+        f" {' '.join(_SHOWN.get(x, x) for x in _DELIMITERS)}: columns"
+        f" {', '.join(repr(h) for h in header[:12]) or 'none'}); the sheet needs the columns"
+        " 'unit' and 'label' of the CSV `audit sample` wrote",
+        file=str(path),
+        line=1,
+    )
+
+
 def csv_labels(path: Path, sample: Sample) -> dict[str, HumanLabel]:
     """The filled-in labels of a CSV (the `unit` and `label` columns; an empty label is not
-    labelled yet). A line of another sample, an unknown or repeated unit, or a label off the
-    scale is an error naming the file and line."""
-    if not path.exists():
-        raise DataError("not found", file=str(path))
+    labelled yet), as the project writes it or as a spreadsheet saves it back: UTF-8 (with or
+    without a BOM) or UTF-16 with a BOM ("Unicode Text"), cells separated by commas,
+    semicolons, tabs or bars (`_delimiter`). A line of another sample, an unknown or repeated
+    unit, or a label off the scale is an error naming the file and line."""
+    text = _sheet_text(path)
+    delimiter = _delimiter(text, path)
     units = {u.unit for u in sample.units}
     out: dict[str, HumanLabel] = {}
-    with path.open(encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ("unit", "label") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"no column {missing[0]!r} in the header", file=str(path), line=1)
+    with io.StringIO(text, newline="") as fh:
+        reader = csv.DictReader(fh, delimiter=delimiter)
         line = reader.line_num + 1  # where the next record starts (a cell may hold line breaks)
         for number, row in enumerate(reader, 2):
             at, line = line, reader.line_num + 1
@@ -484,18 +609,18 @@ def csv_labels(path: Path, sample: Sample) -> dict[str, HumanLabel]:
                     message, file=str(path), line=at, item=f"sheet row {number}", field=field
                 )
 
-            other = (row.get("sample") or "").strip()
+            other = from_spreadsheet((row.get("sample") or "").strip())
             if other and other != sample.sample:
                 raise bad(
                     f"a label of sample {other!r}, not of {sample.sample!r}: refused", "sample"
                 )
-            unit = (row.get("unit") or "").strip()
+            unit = from_spreadsheet((row.get("unit") or "").strip())
             if unit not in units:
                 raise bad(
                     f"unknown unit {unit!r}: sample {sample.sample} has {min(units)}..{max(units)}",
                     "unit",
                 )
-            raw = (row.get("label") or "").strip()
+            raw = from_spreadsheet((row.get("label") or "").strip())
             if not raw:
                 continue
             label = _on_scale(raw, sample.scale)
@@ -512,7 +637,11 @@ def csv_labels(path: Path, sample: Sample) -> dict[str, HumanLabel]:
 
 
 def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
-    """The latest valid HUMAN feedback of the scale's name on each of the sample's traces."""
+    """The latest valid HUMAN feedback of the scale's name on the sample's traces, by unit. A
+    trace's label goes to the unit whose output and target ids (and output text hash) are the
+    ones the trace carries, never by unit number alone: a sample redrawn under the same name
+    numbers other verdicts u01, u02, ..., and the labels of the earlier draw's traces apply
+    only to the verdicts they were made on (under whatever number those have now)."""
     import mlflow
 
     exp_id = _experiment_id(client, sample.benchmark)
@@ -523,14 +652,15 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
         return_type="list",
         max_results=max(1000, 2 * len(sample.units)),
     )
-    units = {u.unit: u for u in sample.units}
-    out: dict[str, HumanLabel] = {}
+    by_ids = {(u.generation_id, u.target_id): u for u in sample.units}
+    latest_of: dict[str, tuple[tuple[int, int], HumanLabel]] = {}
+    elsewhere = 0  # traces of verdicts not in this draw of the sample
     for t in traces:
-        unit = t.info.tags.get(UNIT_TAG)
-        if unit not in units:
+        tags = t.info.tags
+        u = by_ids.get((tags.get(TRACE_OUTPUT), tags.get(TRACE_TARGET)))
+        if u is None or tags.get(TRACE_SHA) != u.generation_sha:
+            elsewhere += 1
             continue
-        if units[unit].trace_id not in (None, t.info.trace_id):
-            continue  # a trace of an earlier, stopped attempt
         people = [
             a
             for a in t.info.assessments
@@ -544,7 +674,7 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
                 log.warning(
                     "trace %s (unit %s): feedback %r by %s is not named %r: not read as a label",
                     t.info.trace_id,
-                    unit,
+                    u.unit,
                     a.name,
                     a.source.source_id,
                     sample.scale.name,
@@ -558,11 +688,21 @@ def mlflow_labels(client: Any, sample: Sample) -> dict[str, HumanLabel]:
                 f"label {latest.value!r} by {latest.source.source_id} is off the scale"
                 f" ({' | '.join(sample.scale.labels)}): edit the assessment",
                 file=f"MLflow trace {t.info.trace_id}",
-                item=unit,
+                item=u.unit,
                 field=sample.scale.name,
             )
-        out[unit] = HumanLabel(label, f"mlflow:{latest.source.source_id}")
-    return out
+        when = (latest.last_update_time_ms or 0, latest.create_time_ms or 0)
+        if u.unit not in latest_of or when > latest_of[u.unit][0]:
+            latest_of[u.unit] = (when, HumanLabel(label, f"mlflow:{latest.source.source_id}"))
+    if elsewhere:
+        log.warning(
+            "sample %s: %d MLflow trace(s) tagged with its name are of verdicts not in it (an"
+            " earlier draw under the same name, or an output changed since): their labels are"
+            " not read",
+            sample.sample,
+            elsewhere,
+        )
+    return {unit: label for unit, (_, label) in latest_of.items()}
 
 
 # ---------------------------------------------------------------- score
@@ -578,6 +718,8 @@ class Pairs:
     judge: list[str]
     human: list[str]
     labelled_weights: list[float] | None
+    # the labelled units are among the run's (a sample of it), not other outputs' (released)
+    in_population: bool = True
 
 
 def audit_numbers(
@@ -603,29 +745,36 @@ def audit_numbers(
         return out
     fl = [v[x] for x in pairs.judge]
     hl = [v[x] for x in pairs.human]
-    ppi = ppi_mean(
-        pairs.values,
-        fl,
-        hl,
-        weights_all=pairs.weights,
-        weights_labelled=pairs.labelled_weights,
-    )
+    common: dict[str, Any] = {
+        "weights_all": pairs.weights,
+        "weights_labelled": pairs.labelled_weights,
+        "labelled_in_population": pairs.in_population,
+        "bounds": (min(v.values()), max(v.values())),  # a mean of unit values stays in there
+    }
+    ppi = ppi_mean(pairs.values, fl, hl, **common)
+    # the labels alone: the same estimator with the judge's weight 0 (the same correction)
+    human = ppi_mean(pairs.values, fl, hl, lam=0.0, **common)
     if pairs.weights is None:
         judge_mean = sum(pairs.values) / len(pairs.values)
-        human = classical_mean(hl)
     else:
         w = pairs.weights
         judge_mean = sum(a * b for a, b in zip(pairs.values, w, strict=True)) / sum(w)
-        # the human-only interval of a weighted mean: the same estimator without the judge
-        lw = pairs.labelled_weights or []
-        scale_w = len(lw) / sum(lw)
-        human = classical_mean([h * x * scale_w for h, x in zip(hl, lw, strict=True)])
     return {
         **out,
         "audit.judge_mean": judge_mean,
         **_est(f"audit.{scale.metric}_ppi", ppi),
+        "audit.lambda": ppi.lam,
         **_est("audit.human_mean", human),
     }
+
+
+def confusion(labels: Sequence[str], judge: Sequence[str], human: Sequence[str]) -> dict[str, Any]:
+    """The judge's labels (rows) against the person's (columns), counts in the scale's order."""
+    at = {x: i for i, x in enumerate(labels)}
+    counts = [[0] * len(labels) for _ in labels]
+    for j, h in zip(judge, human, strict=True):
+        counts[at[j]][at[h]] += 1
+    return {"labels": list(labels), "counts": counts}
 
 
 def _est(name: str, e: Estimate) -> dict[str, float | None]:
@@ -726,7 +875,27 @@ def score_sample(
         + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))
         + ")",
         **numbers,
+        "confusion": confusion(scale.labels, pairs.judge, pairs.human),
+        "disagreements": [
+            {
+                "unit": u.unit,
+                "item_id": u.item_id,
+                "output": u.generation_id,
+                "target": u.target_id,
+                "judge": j,
+                "person": h,
+            }
+            for u, j, h in zip(labelled, pairs.judge, pairs.human, strict=True)
+            if j != h
+        ],
     }
+    if len(labelled) < len(sample.units):
+        result["warning"] = (
+            f"{len(labelled)} of the {len(sample.units)} drawn units are labelled: the interval"
+            " assumes the labelled ones are a random subset of the drawn ones (label them in"
+            " unit order, u01 first: the units are numbered in a random order), or label all"
+        )
+        log.warning("audit sample %s: %s", name, result["warning"])
     if log_run:
         tags = {
             "audit.sample": name,
@@ -830,6 +999,7 @@ def score_released(
             judge=[x.judge_label for x in usable if x.judge_label is not None],
             human=[x.human_label for x in usable],
             labelled_weights=lw if scale.per_item else None,
+            in_population=False,
         )
         numbers = audit_numbers(scale, pairs, n_resamples=n_resamples, seed=seed)
         keys_text = ", ".join(f"{k} {v}" for k, v in sorted(usable[0].keys.items()))
@@ -848,6 +1018,19 @@ def score_released(
             "row_metric": run.data.metrics.get(scale.metric) if scale.metric else None,
             "labels": source,
             **numbers,
+            "confusion": confusion(scale.labels, pairs.judge, pairs.human),
+            "disagreements": [
+                {
+                    "unit": x.unit,
+                    "item_id": "",
+                    "output": x.unit.rsplit("#", 1)[0],
+                    "target": x.unit.rsplit("#", 1)[-1],
+                    "judge": x.judge_label,
+                    "person": x.human_label,
+                }
+                for x in usable
+                if x.judge_label != x.human_label
+            ],
         }
         results.append(result)
         if log_run:
@@ -902,6 +1085,30 @@ def _f(x: Any, digits: int = 2) -> str:
     return f"{float(x):.{digits}f}"
 
 
+def _render_confusion(r: Mapping[str, Any]) -> list[str]:
+    """The judge-by-person table and the units where they disagree (to look at, one by one)."""
+    c = r.get("confusion")
+    if not c:
+        return []
+    labels, counts = c["labels"], c["counts"]
+    first = max(len("judge \\ person"), *(len(x) for x in labels))
+    cell = max(len(x) for x in labels)
+    lines = [
+        "  judge \\ person".ljust(first + 2) + " |" + "".join(f" {x:>{cell}}" for x in labels),
+    ]
+    for label, row in zip(labels, counts, strict=True):
+        lines.append(f"  {label:<{first}} |" + "".join(f" {k:>{cell}}" for k in row))
+    wrong = r.get("disagreements") or []
+    if wrong:
+        lines.append(f"  where they disagree ({len(wrong)}):")
+        for d in wrong:
+            where = f"output {d['output']}, target {d['target']}"
+            if d["unit"] != f"{d['output']}#{d['target']}":  # a released label's unit is that
+                where = f"{d['unit']}  {where}"
+            lines.append(f"    {where}: judge {d['judge']}, person {d['person']}")
+    return lines
+
+
 def render(results: Sequence[Mapping[str, Any]]) -> str:
     """One block per audited run: kappa, the judge's score and the corrected one."""
     if not results:
@@ -920,8 +1127,12 @@ def render(results: Sequence[Mapping[str, Any]]) -> str:
             lines.append(
                 f"  {r['metric']}: judge {_f(r['audit.judge_mean'])} on"
                 f" {int(r['audit.n_units'])} verdicts (the row: {_f(r.get('row_metric'))});"
-                f" corrected {_f(r[m])} [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}];"
+                f" corrected {_f(r[m])} [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}]"
+                f" (judge's weight {_f(r.get('audit.lambda'))});"
                 f" people alone {_f(r['audit.human_mean'])} [{_f(r['audit.human_mean_ci_low'])},"
                 f" {_f(r['audit.human_mean_ci_high'])}]"
             )
+        if r.get("warning"):
+            lines.append(f"  warning: {r['warning']}")
+        lines += _render_confusion(r)
     return "\n".join(lines) + "\n"

@@ -218,7 +218,10 @@ def group_keys(benchmark: str) -> tuple[str, ...]:
 
     if benchmark not in registry.names():
         return ()
-    return tuple(registry.get(benchmark).results.group_keys)
+    results = registry.get(benchmark).results
+    # and the run tags the benchmark declares (CRUX's retriever and cut-off)
+    tags = tuple(t for t in results.runs.tags if t not in results.group_keys and "." not in t)
+    return (*results.group_keys, *tags)
 
 
 def find_run(
@@ -229,10 +232,11 @@ def find_run(
     judge: str | None = None,
     keys: Mapping[str, str] | None = None,
 ) -> str:
-    """The id of the current run of `benchmark` whose model entry or system is `name`, or whose
-    run name is `name`, with the given setting, judge and values of the benchmark's group keys
-    (`keys`, e.g. {"domain": "news"}): an error saying what tells the candidates apart (and
-    their run names) when none or several match."""
+    """The id of the current run of `benchmark` whose model entry or system is `name`, whose
+    run name is `name`, or whose context came from the retriever `name` (an entry of yours, or
+    a benchmark's own, e.g. CRUX's bm25), with the given setting, judge and values of the
+    benchmark's group keys and run tags (`keys`, e.g. {"domain": "news"}): an error saying what
+    tells the candidates apart (and their run names) when none or several match."""
     keys = dict(keys or {})
     known = group_keys(benchmark)
     for k in keys:
@@ -265,7 +269,14 @@ def _find_run(
     def fits(r: Any) -> bool:
         t = r.data.tags
         return (
-            name in (t.get("model.entry"), t.get("model.name"), r.info.run_name)
+            name
+            in (
+                t.get("model.entry"),
+                t.get("model.name"),
+                r.info.run_name,
+                t.get("retriever.name"),
+                t.get("retriever"),
+            )
             and setting in (None, t.get("setting"))
             and judge in (None, t.get("judge.name"))
             and all(t.get(k) == v for k, v in keys.items())

@@ -30,6 +30,7 @@ from pipeline.core.io import read_text
 PACKAGE = "pipeline"
 STAGE_MODULES = {
     "construct": "pipeline.stages.construct",
+    "retrieve": "pipeline.stages.retrieve",
     "generate": "pipeline.stages.generate",
     "judge": "pipeline.stages.judge",
     "aggregate": "pipeline.stages.aggregate",

@@ -346,32 +346,93 @@ def _is_tracked(out: Any) -> bool:
 # ---------------------------------------------------------------- pruning
 
 
-def prune(repo: Any) -> list[str]:
+def prune(repo: Any, *, force: bool = False) -> list[str]:
     """Drop the dvc.lock entries of stages no longer in dvc.yaml (a model or judge removed from
-    params.yaml) and remove their outputs from the workspace and .gitignore (not from the DVC
-    cache), unless a stage of dvc.yaml still declares them. Returns the stages pruned."""
+    params.yaml) and remove their outputs from the workspace and .gitignore (they stay in the
+    DVC cache), unless a stage of dvc.yaml still declares them. An output whose content is not
+    in the DVC cache (edited by hand since its stage made it, or made with `cache: false`)
+    would be lost: nothing is pruned and the error names it, unless `force`, which saves it in
+    the cache first (and logs where). Returns the stages pruned."""
+    from pipeline.core.config import load_yaml
+
     root = Path(repo.root_dir)
     lock = root / "dvc.lock"
     if not lock.exists():
         return []
     names = {s.addressing for s in repo.index.stages}
     declared = {str(Path(out.fs_path).resolve()) for s in repo.index.stages for out in s.outs}
-    gone: list[str] = []
-    data = read_lock_doc(lock)
-    entries = data.get("stages") or {}
-    for name in [k for k in entries if k not in names]:
-        entry = entries.pop(name)
-        gone.append(name)
+    entries = (load_yaml(lock) or {}).get("stages") or {}
+    doomed: list[tuple[str, Path]] = []
+    for name, entry in entries.items():
+        if name in names:
+            continue
         for out in entry.get("outs") or []:
             path = (root / str(out.get("path", ""))).resolve()
             if not out.get("path") or str(path) in declared or root not in path.parents:
                 continue
-            _remove_output(repo, root, path)
+            doomed.append((name, path))
+    unsaved = [(name, path) for name, path in doomed if not _in_cache(repo, path)]
+    if unsaved and not force:
+        shown = ", ".join(f"{p.relative_to(root)} (stage {n})" for n, p in unsaved)
+        raise LfbenchError(
+            f"prune: {shown}: its content is not in the DVC cache (edited by hand since its"
+            " stage made it?), so removing it would lose it; nothing pruned. Move it out of the"
+            " way, or `lfbench prune --force` to save it in the DVC cache first and remove it"
+        )
+    for name, path in unsaved:
+        kept = _save_in_cache(repo, path)
+        log.warning(
+            "prune: %s (stage %s) was not in the DVC cache: saved there as %s before removing it",
+            path.relative_to(root),
+            name,
+            kept.relative_to(root) if root in kept.parents else kept,
+        )
+    gone: list[str] = []
+    data = read_lock_doc(lock)
+    data_entries = data.get("stages") or {}
+    for name in [k for k in data_entries if k not in names]:
+        data_entries.pop(name)
+        gone.append(name)
     if gone:
         write_lock_doc(lock, data)
+    for _, path in doomed:
+        _remove_output(repo, root, path)
     for name in gone:
         log.info("pruned stage %s (no longer in dvc.yaml): its lock entry and outputs", name)
     return gone
+
+
+def _built(repo: Any, path: Path) -> tuple[Any, Any, Any]:
+    """The workspace content at `path` as DVC's cache would hold it (staging, odb, object)."""
+    from dvc_data.hashfile.build import build
+
+    odb = repo.cache.local
+    staging, _, obj = build(odb, str(path), repo.fs, odb.hash_name)
+    return staging, odb, obj
+
+
+def _in_cache(repo: Any, path: Path) -> bool:
+    """Whether the content at `path` (a file, or every file of a folder) is in the DVC cache,
+    so removing it from the workspace loses nothing (`dvc checkout` brings it back)."""
+    from dvc_data.hashfile import check
+
+    if not path.exists():
+        return True  # nothing to lose
+    _, odb, obj = _built(repo, path)
+    try:
+        check(odb, obj, check_hash=False)
+    except (FileNotFoundError, OSError, ValueError):
+        return False
+    return True
+
+
+def _save_in_cache(repo: Any, path: Path) -> Path:
+    """Copy the content at `path` into the DVC cache; the path of its cache object."""
+    from dvc_data.hashfile.transfer import transfer
+
+    staging, odb, obj = _built(repo, path)
+    transfer(staging, odb, {obj.hash_info}, shallow=False, hardlink=False)
+    return Path(odb.oid_to_path(obj.oid))
 
 
 def _remove_output(repo: Any, root: Path, path: Path) -> None:
@@ -1021,7 +1082,7 @@ def run_repro(
         raise LfbenchError(f"dvc: {e}") from e
 
 
-def prune_workspace(root: Path) -> list[str]:
+def prune_workspace(root: Path, *, force: bool = False) -> list[str]:
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -1029,7 +1090,7 @@ def prune_workspace(root: Path) -> list[str]:
         repo = Repo(str(root))
         with _locked(repo), repo.scm_context(quiet=True):
             refuse_if_dvc_runs(repo)
-            return prune(repo)
+            return prune(repo, force=force)
     except DvcException as e:
         raise LfbenchError(f"dvc: {e}") from e
 

@@ -101,8 +101,10 @@ def _audits(root: Path, kappa: dict[tuple[str, str], str]) -> list[str]:
         " released with the benchmark, on other outputs of the same system and setting). Audit"
         " kappa: the judge against them on those verdicts, beside its kappa against people"
         " measured once (metrics/agreement.json). Corrected: the prediction-powered estimate of"
-        " the run's metric (the judge on every verdict, corrected by the mean person-minus-judge"
-        " difference on the labelled ones); people alone: the same labels without the judge.",
+        " the run's metric (lambda times the judge's mean on every verdict, plus the mean of"
+        " person minus lambda times judge on the labelled ones; lambda in [0, 1], chosen on the"
+        " labels, is never worse than the labels alone); people alone: the same labels without"
+        " the judge.",
         "",
         *table(head, body),
         "",
@@ -430,6 +432,7 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     ]
     lines += top
     lines += details
+    lines += _retrievers(root, present)
     if agreement is not None:
         lines += _agreement(agreement)
     lines += _cards(root, carded)
@@ -437,6 +440,47 @@ def build_markdown(root: Path) -> tuple[str, list[tuple[str, bytes]]]:
     lines += ["## Lineage", ""]
     lines += table(["what", "value"], [[k, f"`{v}`"] for k, v in lineage(root, present).items()])
     return "\n".join(lines).rstrip() + "\n", figs
+
+
+def _retrievers(root: Path, present: Sequence[str]) -> list[str]:
+    """Retrievers side by side: what each benchmark measured of the rows that used one (a
+    context's coverage, the coverage of the answers made from it), for every retriever that more
+    than one benchmark measured, or that is an entry of yours (`retrievers:`, a RAG system)."""
+    from pipeline.core import registry
+    from pipeline.core.params import load_params
+
+    params_path = root / "params.yaml"
+    if not params_path.exists():
+        return []
+    try:
+        params = load_params(params_path, [])
+    except LfbenchError:
+        return []
+    found: dict[str, list[tuple[str, str, float]]] = {}
+    for name in present:
+        bench = registry.get(name)
+        if bench.retrieval is None:
+            continue
+        rows = _document(root / "metrics" / f"{name}.json")["rows"]
+        for retriever, what, value in bench.retrieval.side_by_side(params, rows):
+            found.setdefault(retriever, []).append((bench.title or name, what, value))
+    yours = set(params.retrievers) | {
+        m for m, spec in params.models.items() if spec.provider in ("python", "outputs")
+    }
+    shown = [r for r in sorted(found) if r in yours or len({b for b, _, _ in found[r]}) > 1]
+    if not shown:
+        return []
+    body = [[r, b, what, f"{v:.2f}"] for r in shown for b, what, v in found[r]]
+    return [
+        "## Retrievers side by side",
+        "",
+        "Each retriever (yours, a RAG system of yours, or one several benchmarks rank with), and"
+        " what each benchmark measured of it: the coverage of its contexts (CRUX) beside the"
+        " coverage of the answers made from them.",
+        "",
+        *table(["retriever", "benchmark", "measured", "value"], body),
+        "",
+    ]
 
 
 def _models(root: Path, bench: Any, rows: list[dict[str, Any]]) -> list[str]:

@@ -348,6 +348,34 @@ def test_lfbench_check_refuses_credentials_in_base_url_without_echoing_them(
     assert "s3cr3t" not in done.stdout + done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("'http://127.0.0.1:8000/v1?key=sk-s3cr3t'", "query or fragment"),
+        ("'http://127.0.0.1:8000/v1#sk-s3cr3t'", "query or fragment"),
+        ("'http://127.0.0.1:8000/v1?a=1&token=sk-s3cr3t#more-s3cr3t'", "query or fragment"),
+        ("'127.0.0.1:8000/v1?key=sk-s3cr3t'", "not an http(s) URL"),
+        ("'localhost:8000/v1#sk-s3cr3t'", "not an http(s) URL"),
+        ("'http:///v1?key=sk-s3cr3t'", "no host"),
+        ("'http://127.0.0.1:99999/v1?key=sk-s3cr3t'", "port"),
+        ("'http://127.0.0.1:99999/v1/x@sk-s3cr3t'", "port"),
+        ("'http:///v1/x@sk-s3cr3t'", "no host"),
+    ],
+)
+def test_a_secret_in_base_url_s_query_or_fragment_is_never_echoed(
+    tmp_path: Path, url: str, reason: str
+) -> None:
+    """Issue 44, point 9. Before: `has a query or fragment ('http://...?key=sk-...')`, and the
+    other refusals (no host, a bad port, not http) echoed the whole URL too. Now the message
+    shows the URL without its query, fragment or anything from an `@` on."""
+    path = _params_file(tmp_path, _ENDPOINT_ENTRIES % {"model_url": url, "judge_url": GOOD_URL})
+    with pytest.raises(ConfigError) as e:
+        load_params(path, benchmarks=["summhay"])
+    message = str(e.value)
+    assert "models.mine.base_url: " in message and reason in message, message
+    assert "s3cr3t" not in message, message
+
+
 # ---------------------------------------------------------------- issue 36, points 10, 13, 15
 
 

@@ -292,9 +292,9 @@ def test_an_audit_sample_is_labelled_in_the_trace_view_and_scored_on_its_run(
     ui_server: tuple[str, Path], browser: Any
 ) -> None:
     """`lfbench audit sample` on a run; Chromium opens one sampled trace and shows what the
-    judge saw, its verdict, the label scale and the Assessments panel where a person adds
-    feedback; labels logged as a person would (HUMAN feedback) are read by `lfbench audit
-    score`, and the run's page shows the new metrics."""
+    judge saw (not its verdict: blind), the label scale and the Assessments panel where a
+    person adds feedback; labels logged as a person would (HUMAN feedback) are read by
+    `lfbench audit score`, and the run's page shows the new metrics."""
     import mlflow
     from mlflow.entities import AssessmentSource, AssessmentSourceType
     from mlflow.tracking import MlflowClient
@@ -327,25 +327,24 @@ def test_an_audit_sample_is_labelled_in_the_trace_view_and_scored_on_its_run(
     exp = client.get_experiment_by_name("summhay").experiment_id
     before = client.get_run(run_id)
 
-    # The trace view of one unit: the inputs the judge saw, its verdict, the scale.
+    # The trace view of one unit: the inputs the judge saw and the scale, blind: the output
+    # says what to give, not what the judge gave.
     unit = sample["units"][0]
     d.get(f"{url}/#/experiments/{exp}/traces?selectedEvaluationId={unit['trace_id']}")
     wait_text(unit["inputs"]["insight"][:50])
     wait_text("label scale")
     wait_text("FULL_COVERAGE, PARTIAL_COVERAGE, NO_COVERAGE")
-    wait_text("verdict")
-    assert unit["judge_label"] in body()
+    wait_text("yours to give")
+    assert "verdict" not in body()
     d.save_screenshot(str(ARTIFACTS / "mlflow-ui-audit-trace.png"))
-    # The Assessments panel: the judge's verdict as feedback named "coverage", and where a
-    # person adds theirs.
+    # The Assessments panel: where a person adds feedback named "coverage" (no judge's
+    # assessment there to copy).
     WebDriverWait(d, 30).until(
         lambda _: [b for b in d.find_elements(By.TAG_NAME, "button") if b.text.startswith("Assess")]
     )
     next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.startswith("Assess")).click()
     wait_text("Assessments")
     wait_text("Add feedback")
-    panel = body()
-    assert "coverage" in panel.splitlines()
     d.save_screenshot(str(ARTIFACTS / "mlflow-ui-audit-assessments.png"))
 
     # A person's labels, logged as the UI logs them: HUMAN feedback named "coverage". They

@@ -178,6 +178,9 @@ def test_cache_url_errors_name_the_variable_and_hide_the_password(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert redact("postgresql://u:s3cret@h:5/db") == "postgresql://u:***@h:5/db"
+    # issue 44, point 9: a password in the query (libpq's `?password=`) or a fragment is masked
+    shown = redact("postgresql://u@h:5/db?sslmode=require&password=s3cret#s3cret-too")
+    assert shown == "postgresql://u@h:5/db?sslmode=require&password=***#***"
     monkeypatch.setenv(CACHE_URL_ENV, "mysql://u:s3cret@h/db")
     with pytest.raises(LfbenchError, match=CACHE_URL_ENV) as e:
         ResponseCache(tmp_path / "x.sqlite")

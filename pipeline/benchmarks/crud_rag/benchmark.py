@@ -16,13 +16,14 @@
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pipeline.benchmarks.crud_rag import aggregate as A
 from pipeline.benchmarks.crud_rag import generation, metrics, questeval
-from pipeline.benchmarks.crud_rag.params import RELEASED, CrudParams, TextJudge
+from pipeline.benchmarks.crud_rag.params import RELEASED, CrudParams, Knobs, TextJudge
 from pipeline.benchmarks.crud_rag.report import figure, knob_blocks, knob_cols, render
 from pipeline.benchmarks.crud_rag.schema import (
     Item,
@@ -41,8 +42,11 @@ from pipeline.core.benchmark import (
     LLMJudge,
     NoModelJudge,
     Paper,
+    Passage,
     Planned,
     ReportSection,
+    Retrieval,
+    RetrievalQuery,
     Run,
     RunRow,
     Scorer,
@@ -163,6 +167,75 @@ class KnobStudy(Paper[CrudParams, Item]):
         return ReportSection([*section.lines, *lines], [*section.figures, *figures])
 
 
+def source_of(ctx: Ctx) -> tuple[list[Item], list[str]]:
+    """The source's items and news texts."""
+    cx = ctx.section
+    if cx.source == RELEASED:
+        path = posixpath.join(ctx.data_dir or "data/crud_rag", RELEASED_FILE)
+        return parse_released(ctx.inputs.json(path), path, cx.records)
+    return parse_benchmark(ctx.inputs.json(cx.source), cx.source, list(cx.tasks), cx.records)
+
+
+def corpus_of(ctx: Ctx) -> list[str]:
+    """The retrieval corpus: the source's news texts, or the authors' corpus files."""
+    cx = ctx.section
+    if cx.corpus == "records":
+        return source_of(ctx)[1]
+    docs = []
+    for path in ctx.inputs.glob(cx.corpus, "*"):
+        docs += [line.strip() for line in ctx.inputs.text(path).splitlines() if line.strip()]
+    if not docs:
+        raise DataError("no news items in the corpus folder", file=cx.corpus)
+    return docs
+
+
+SETTING_NAME = re.compile(r"^(.+)-c[0-9]+-o[0-9]+-k[0-9]+$")
+
+
+def rank_of(ctx: Ctx) -> generation.RankOf:
+    """A retrievers entry's ranking of an item's query over a chunking (its retrieval stage)."""
+    for r in ctx.section.retrievers:
+        ctx.preload(r)
+
+    def ranking(knobs: Knobs, item: Item) -> list[str] | None:
+        if not ctx.is_retriever(knobs.retriever):
+            return None
+        return [p for p, _ in ctx.ranked(knobs.retriever, generation.query_id(knobs, item))]
+
+    return ranking
+
+
+class CrudRetrieval(Retrieval[CrudParams, Item]):
+    """Each item's query over the corpus chunked as the settings that name the retriever chunk
+    it (one query per item and chunking), kept to their largest top-k."""
+
+    reserved = ("bm25", "dense", "hybrid", "oracle")
+
+    def retriever_of(self, ctx: Ctx, setting: str) -> str | None:
+        m = SETTING_NAME.match(setting)
+        return m.group(1) if m and ctx.is_retriever(m.group(1)) else None
+
+    def queries(self, ctx: Ctx, dataset: Sequence[Item], retriever: str) -> list[RetrievalQuery]:
+        from pipeline.benchmarks.crud_rag.retrieval import Index
+
+        chunkings: dict[tuple[int, int], tuple[Knobs, int]] = {}
+        for _, k in ctx.section.grid.settings():
+            if k.retriever == retriever:
+                key = (k.chunk_size, k.overlap_tokens)
+                depth = max(k.top_k, chunkings[key][1]) if key in chunkings else k.top_k
+                chunkings[key] = (k, depth)
+        corpus = corpus_of(ctx)
+        out = []
+        for (size, overlap), (knobs, depth) in chunkings.items():
+            index = Index.build(corpus, size, overlap)
+            passages = [Passage(str(i), c) for i, c in enumerate(index.chunks)]
+            out += [
+                RetrievalQuery(generation.query_id(knobs, item), item.query, passages, depth)
+                for item in dataset
+            ]
+        return out
+
+
 class CrudRag(Benchmark[CrudParams, Item, Item]):
     name = "crud_rag"
     paper = KnobStudy()
@@ -174,7 +247,17 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
     providers = (TextJudge,)
     scorer = TextScorer()
 
+    retrieval = CrudRetrieval()
+
     def check_params(self, section: CrudParams, params: Params) -> None:
+        from pipeline.benchmarks.crud_rag.params import RETRIEVERS
+
+        for _, knobs in section.grid.settings():
+            if knobs.retriever not in (*RETRIEVERS, *section.retrievers):
+                raise ValueError(
+                    f"crud_rag.grid: retriever {knobs.retriever!r} is neither one of"
+                    f" {', '.join(RETRIEVERS)} nor a retrievers entry crud_rag.retrievers lists"
+                )
         llm = section.quest_eval.llm
         if llm is not None and not isinstance(params.judges.get(llm), OpenAIJudge):
             raise ValueError(
@@ -184,23 +267,11 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
     # ---- data
 
     def _source(self, ctx: Ctx) -> tuple[list[Item], list[str]]:
-        cx = ctx.section
-        if cx.source == RELEASED:
-            path = posixpath.join(ctx.data_dir or "data/crud_rag", RELEASED_FILE)
-            return parse_released(ctx.inputs.json(path), path, cx.records)
-        return parse_benchmark(ctx.inputs.json(cx.source), cx.source, list(cx.tasks), cx.records)
+        return source_of(ctx)
 
     def corpus(self, ctx: Ctx) -> list[str]:
         """The retrieval corpus: the source's news texts, or the authors' corpus files."""
-        cx = ctx.section
-        if cx.corpus == "records":
-            return self._source(ctx)[1]
-        docs = []
-        for path in ctx.inputs.glob(cx.corpus, "*"):
-            docs += [line.strip() for line in ctx.inputs.text(path).splitlines() if line.strip()]
-        if not docs:
-            raise DataError("no news items in the corpus folder", file=cx.corpus)
-        return docs
+        return corpus_of(ctx)
 
     def construct(self, ctx: Ctx, ask: Asker | None) -> Constructed[Item]:
         cx = ctx.section
@@ -245,7 +316,14 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
         }
         max_tokens = ctx.section.generation.max_tokens or spec.max_tokens
         return generation.plan(
-            ctx.section, model, spec.system or model, max_tokens, dataset, self.corpus(ctx), prompts
+            ctx.section,
+            model,
+            spec.system or model,
+            max_tokens,
+            dataset,
+            self.corpus(ctx),
+            prompts,
+            rank_of(ctx),
         )
 
     def offline_generations(
@@ -254,7 +332,9 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
         if not isinstance(spec, BaselineModel):
             raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run crud_rag")
         system = spec.system or model
-        return generation.offline(ctx.section, model, system, spec.kind, dataset, self.corpus(ctx))
+        return generation.offline(
+            ctx.section, model, system, spec.kind, dataset, self.corpus(ctx), rank_of(ctx)
+        )
 
     # ---- judge: RAGQuestEval by an LLM, or the text metrics (no model)
 

@@ -14,7 +14,7 @@ this folder); the no-model baselines (`provider: baseline`):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,12 +62,29 @@ class Context:
     chunks: list[int]
 
 
+# A retrievers entry's ranking of an item's query over a chunking's chunks (chunk indices as
+# strings, best first), or None for the project's own retrievers
+RankOf = Callable[[Knobs, Item], "Sequence[str] | None"]
+
+
+def no_ranking(knobs: Knobs, item: Item) -> Sequence[str] | None:
+    return None
+
+
+def query_id(knobs: Knobs, item: Item) -> str:
+    """The retrieval stage's name of an item's query over one chunking."""
+    return f"c{knobs.chunk_size}-o{knobs.overlap_tokens}|{item.item_id}"
+
+
 def contexts(
-    section: CrudParams, items: Sequence[Item], corpus: Sequence[str]
+    section: CrudParams,
+    items: Sequence[Item],
+    corpus: Sequence[str],
+    rank_of: RankOf = no_ranking,
 ) -> Iterator[Context]:
     """Every (item, setting) context; an index per chunking, built once."""
     for job in context_jobs(section, items, corpus):
-        yield context_of(job)
+        yield context_of(job, rank_of)
 
 
 Job = tuple[Setting, Item, Index | None]
@@ -94,13 +111,13 @@ def context_jobs(section: CrudParams, items: Sequence[Item], corpus: Sequence[st
     return jobs
 
 
-def context_of(job: Job) -> Context:
+def context_of(job: Job, rank_of: RankOf = no_ranking) -> Context:
     """One context: the oracle text, or the chunks retrieved for the item's query."""
     s, item, index = job
     if index is None or s.knobs is None:
         assert item.oracle is not None
         return Context(item, s, item.oracle, [])
-    ids = retrieve(index, item.query, s.knobs)
+    ids = retrieve(index, item.query, s.knobs, rank_of(s.knobs, item))
     return Context(item, s, T.join_context([index.chunks[i] for i in ids]), ids)
 
 
@@ -126,9 +143,10 @@ def plan(
     items: Sequence[Item],
     corpus: Sequence[str],
     prompts: dict[str, Prompt],
+    rank_of: RankOf = no_ranking,
 ) -> list[Planned]:
     out = []
-    for ctx in contexts(section, items, corpus):
+    for ctx in contexts(section, items, corpus, rank_of):
         prompt = prompts[PROMPT_OF_TASK[ctx.item.task]]
         request = ChatRequest(
             key=generation_id(ctx.item.item_id, system, ctx.setting.name, 0),
@@ -191,6 +209,7 @@ def offline(
     kind: str,
     items: Sequence[Item],
     corpus: Sequence[str],
+    rank_of: RankOf = no_ranking,
 ) -> list[Generation]:
     """The no-model baselines' answers."""
     from pipeline.core.parallel import fork_map
@@ -198,7 +217,7 @@ def offline(
     mc = section.generation.max_chars
 
     def one(job: Job) -> Generation:
-        ctx = context_of(job)
+        ctx = context_of(job, rank_of)
         text = lead(ctx.text, mc) if kind == "lead" else extractive(ctx.item.query, ctx.text, mc)
         m = meta(ctx) | {"prompt_sha": f"baseline-{kind}", "max_chars": mc}
         return Generation.offline(

@@ -30,7 +30,8 @@ Task = Literal[
     "event_summary",
 ]
 RETRIEVERS = ("bm25", "dense", "hybrid")
-Retriever = Literal["bm25", "dense", "hybrid"]
+# bm25, dense, hybrid, or a retrievers entry of yours that crud_rag.retrievers lists
+Retriever = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")]
 
 
 class TextJudge(OwnedJudge):
@@ -96,7 +97,7 @@ class Grid(Strict):
         description="(chunk size, top-k) pairs, co-varied as in the paper's Table 3",
     )
     chunk_overlap: list[int] = Field(default_factory=lambda: [0, 10, 30, 50, 70])
-    retriever: list[Retriever] = Field(default_factory=lambda: list[Retriever](["bm25"]))
+    retriever: list[Retriever] = Field(default_factory=lambda: ["bm25"])
     top_k: list[int] = Field(default_factory=lambda: [2, 4, 6, 8, 10])
     oracle: bool = Field(
         default=True, description="also the record's own news text (when it has one)"

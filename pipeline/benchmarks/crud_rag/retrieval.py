@@ -107,12 +107,19 @@ def rrf(lists: Sequence[Sequence[int]], k: int) -> list[int]:
     return sorted(order, key=lambda c: (-fused[c], order.index(c)))[:k]
 
 
-def retrieve(index: Index, query: str, knobs: Knobs) -> list[int]:
-    """The chunks (indices) a setting retrieves for a query, best first."""
+def retrieve(
+    index: Index, query: str, knobs: Knobs, ranked: Sequence[str] | None = None
+) -> list[int]:
+    """The chunks (indices) a setting retrieves for a query, best first (`ranked`: a
+    retrievers entry's ranking of the chunks, by index, from its retrieval stage)."""
+    if ranked is not None:
+        return [int(i) for i in ranked[: knobs.top_k]]
     if knobs.retriever == "bm25":
         return top(index.bm25(query), knobs.top_k)
     if knobs.retriever == "dense":
         return top(index.dense(query), knobs.top_k)
+    if knobs.retriever != "hybrid":
+        raise ValueError(f"no ranking of retriever {knobs.retriever!r} was given")
     return rrf(
         [top(index.bm25(query), knobs.top_k), top(index.dense(query), knobs.top_k)], knobs.top_k
     )

@@ -36,10 +36,16 @@ from pipeline.core.benchmark import (
     LLMJudge,
     NoModelJudge,
     Paper,
+    Passage,
     Planned,
+    Question,
     ReportSection,
+    Retrieval,
+    RetrievalQuery,
     Run,
     RunRow,
+    SystemAnswer,
+    Systems,
     Tables,
 )
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
@@ -199,6 +205,79 @@ class CruxAnalyses(Paper[CruxParams, Collection]):
         return Answers(scores, joint, skipped, [a.generations, *a.judgements])
 
 
+def _passages(view: QueryView) -> list[Passage]:
+    return [Passage(pid, p.text) for pid, p in view.passages.items()]
+
+
+class CruxRetrieval(Retrieval[CruxParams, Collection]):
+    """Every query over its collection's passages, with the released rankings it has."""
+
+    reserved = ("zstar", "oracle", "random", "vector", "longembed", "keywords", "rerank3",
+                "bm25", "dense")  # fmt: skip
+
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """Each context's coverage at |Z*| and alpha-nDCG at 10 passages, per judge and domain."""
+        out = []
+        for r in rows:
+            where = f"({r['judge']}, {r['domain']})"
+            if r.get("cutoff") == "zstar" and r.get("coverage") is not None:
+                out.append((str(r["retriever"]), f"context Cov@|Z*| {where}", float(r["coverage"])))
+            if r.get("cutoff") == "10" and r.get("alpha_ndcg") is not None:
+                what = f"context alpha-nDCG@10 {where}"
+                out.append((str(r["retriever"]), what, float(r["alpha_ndcg"])))
+        return out
+
+    def queries(
+        self, ctx: Ctx, dataset: Sequence[Collection], retriever: str
+    ) -> list[RetrievalQuery]:
+        return [
+            RetrievalQuery(
+                view.query.item_id,
+                contexts.retrieval_text(view.query),
+                _passages(view),
+                None,
+                dict(view.query.rankings),
+            )
+            for view in views(dataset).values()
+        ]
+
+
+class CruxSystems(Systems[CruxParams, Collection]):
+    """A whole RAG system answers each query from its collection's passages; the passages it
+    says it used are its context, judged as a retriever's (every cut-off of them)."""
+
+    def questions(self, ctx: Ctx, dataset: Sequence[Collection]) -> list[Question]:
+        task = (
+            "Write a report answering the question from the passages, and give the ids of the"
+            " passages you used (most useful first): they are judged as your context."
+        )
+        return [
+            Question(view.query.item_id, view.query.query, _passages(view), task, {"view": view})
+            for view in views(dataset).values()
+        ]
+
+    def generation(
+        self, ctx: Ctx, model: str, system: str, question: Question, answer: SystemAnswer
+    ) -> Generation:
+        view = question.meta.get("view")
+        if not isinstance(view, QueryView):
+            raise DataError("a system's question without its query", item=question.id)
+        if not answer.passages:
+            return Generation(
+                benchmark="crux", item_id=question.id, model=model, system=system,
+                setting=system, status="error",
+                error="the system gave no passages: CRUX judges the passages a system used",
+            )  # fmt: skip
+        return contexts.generation(
+            view, system, model, system, ctx.section.scoring, answer.passages, keep_all=True
+        )
+
+    def setting(self, model: str, system: str) -> str:
+        return system
+
+
 class Crux(Benchmark[CruxParams, Collection, QueryView]):
     name = "crux"
     coverage = CruxCoverage()
@@ -211,7 +290,23 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
     model_providers = frozenset()
     providers = (ContextsModel, LabelsJudge)
 
+    retrieval = CruxRetrieval()
+    systems = CruxSystems()
+
     def check_params(self, section: CruxParams, params: Params) -> None:
+        from pipeline.benchmarks.crux.params import COMPUTED, RELEASED
+
+        for m in section.models:
+            spec = params.models[m]
+            if not isinstance(spec, ContextsModel) or section.source != DERIVED:
+                continue  # a CRUX-layout folder's runs are known once it is read
+            for r in spec.retrievers:
+                if r not in (*RELEASED, *COMPUTED, *section.retrievers):
+                    raise ValueError(
+                        f"models.{m}.retrievers: {r!r} is neither one of CRUX's rankings"
+                        f" ({', '.join((*COMPUTED, *RELEASED))}) nor a retrievers entry listed"
+                        " in crux.retrievers"
+                    )
         llm = section.construction.llm
         if llm is not None and not isinstance(params.judges.get(llm), OpenAIJudge):
             raise ValueError(
@@ -284,9 +379,18 @@ class Crux(Benchmark[CruxParams, Collection, QueryView]):
 
         system = spec.system or "context"
         scoring = ctx.section.scoring
+        yours = {r for r in spec.retrievers if ctx.is_retriever(r)}
+        for r in yours:  # your retrievers' rankings, read once here (before the forks)
+            ctx.preload(r)
 
         def of_query(view: QueryView) -> list[Generation]:
-            return [contexts.generation(view, r, model, system, scoring) for r in spec.retrievers]
+            out = []
+            for r in spec.retrievers:
+                ranked = None
+                if r in yours:
+                    ranked = [p for p, _ in ctx.ranked(r, view.query.item_id)]
+                out.append(contexts.generation(view, r, model, system, scoring, ranked))
+            return out
 
         # each query's rankings and packing on their own: on every core, in order
         return [g for gens in fork_map(of_query, list(views(dataset).values())) for g in gens]

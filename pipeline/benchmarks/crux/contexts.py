@@ -26,9 +26,18 @@ def retrieval_text(q: Query) -> str:
     return f"{q.query} {subtopic}" if subtopic else q.query
 
 
-def rank(view: QueryView, retriever: str) -> list[str]:
-    """The query's passages by the retriever, best first (ties: the collection's order)."""
+def rank(view: QueryView, retriever: str, ranked: Sequence[str] | None = None) -> list[str]:
+    """The query's passages by the retriever, best first (ties: the collection's order);
+    `ranked`: a retriever of the user's ranking (its retrieval stage's output)."""
     q = view.query
+    if ranked is not None:
+        unknown = [p for p in ranked if p not in view.passages]
+        if unknown:
+            raise DataError(
+                f"retriever {retriever!r} ranks passages the collection lacks: {unknown[:3]}",
+                item=q.item_id,
+            )
+        return list(ranked)
     if retriever in q.rankings:
         return list(q.rankings[retriever])
     pids = list(view.passages)
@@ -80,14 +89,30 @@ def depth(q: Query, scoring: CruxScoring, n_budget: int) -> int:
 
 
 def generation(
-    view: QueryView, retriever: str, model: str, system: str, scoring: CruxScoring
+    view: QueryView,
+    retriever: str,
+    model: str,
+    system: str,
+    scoring: CruxScoring,
+    ranked: Sequence[str] | None = None,
+    *,
+    keep_all: bool = False,
 ) -> Generation:
-    ranking = rank(view, retriever)
+    """One context: the retriever's ranking, deep enough for every cut-off (`keep_all`: all
+    of it, e.g. the passages a RAG system used, whatever their number)."""
+    ranking = rank(view, retriever, ranked)
     budget = pack_budget(ranking, view.passages, scoring.budget_tokens)
-    kept = ranking[: depth(view.query, scoring, len(budget))]
+    kept = ranking if keep_all else ranking[: depth(view.query, scoring, len(budget))]
     meta = {"ranking": kept, "budget": budget, "prompt_sha": f"retrieval-{retriever}"}
     return Generation.offline(
-        "crux", view.query.item_id, model, system, retriever, "\n".join(kept), meta
+        "crux",
+        view.query.item_id,
+        model,
+        system,
+        retriever,
+        "\n".join(kept),
+        meta,
+        empty="no passage in the context",
     )
 
 

@@ -33,10 +33,12 @@ NO_KEY_POINTS = "no key points"
 
 
 def setting_order(setting: str) -> tuple[int, int, str]:
-    """long_context first, then the RAG budgets from small to large."""
-    if setting.startswith("rag_") and setting[4:].isdigit():
-        return (1, int(setting[4:]), setting)
-    return (0, 0, setting)
+    """long_context first, then the RAG budgets from small to large (a budget's retrievers of
+    yours, `rag_<budget>@<entry>`, after its default ranker), then a system's own (`own`)."""
+    budget = setting[4:].partition("@")[0]
+    if setting.startswith("rag_") and budget.isdigit():
+        return (1, int(budget), setting)
+    return (2 if setting == "own" else 0, 0, setting)
 
 
 def item_score(q: Question, j: Judgement, neutral: str, bucket: str) -> Outcome:

@@ -43,12 +43,18 @@ from pipeline.core.benchmark import (
     CoverageVerdictLike,
     LLMJudge,
     Paper,
+    Passage,
     Planned,
     ReportSection,
+    Retrieval,
+    RetrievalQuery,
     Run,
     RunRow,
+    SystemAnswer,
+    Systems,
     Tables,
 )
+from pipeline.core.benchmark import Question as Question_
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
@@ -151,6 +157,107 @@ class Long2ragAudit(Audit[Long2ragParams, Question]):
         return {"question": item.question, "key point": point.text, "answer": generation.text or ""}
 
 
+# the setting of a whole RAG system's answers (its own retrieval)
+SYSTEM_SETTING = "own"
+
+
+def rank_of(ctx: Ctx) -> generation.RankOf:
+    """A retrievers entry's ranking of a question's chunks (its retrieval stage's output)."""
+    for r in ctx.section.retrievers:
+        ctx.preload(r)
+
+    def ranking(name: str, q: Question) -> list[str]:
+        return [p for p, _ in ctx.ranked(name, q.item_id)]
+
+    return ranking
+
+
+class Long2ragRetrieval(Retrieval[Long2ragParams, Question]):
+    """Every question over the chunks of its documents (`generation.chunk_tokens` cl100k
+    tokens, `chunk_overlap` shared): the chunks a `rag_<budget>@<entry>` setting packs."""
+
+    reserved = ("bm25", "dense", "long_context", SYSTEM_SETTING)
+
+    def retriever_of(self, ctx: Ctx, setting: str) -> str | None:
+        name = generation.ranker_of(setting)
+        return name if name is not None and ctx.is_retriever(name) else None
+
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """KPR of the answers made from a retriever's chunks (`rag_<budget>@<entry>`, and the
+        default ranker's `rag_<budget>`), and of your RAG systems."""
+        out = []
+        section = params.raw_section("long2rag") or {}
+        default = str((section.get("generation") or {}).get("chunk_ranker") or "bm25")
+        for r in rows:
+            setting, kpr = str(r["setting"]), r.get("kpr")
+            if kpr is None or setting == generation.LONG_CONTEXT:
+                continue
+            name = (
+                str(r["system"])
+                if setting == SYSTEM_SETTING
+                else generation.ranker_of(setting) or default
+            )
+            budget = "" if setting == SYSTEM_SETTING else f", {setting.partition('@')[0]}"
+            what = f"KPR of {r['system']}'s answers ({r['judge']}{budget})"
+            out.append((name, what, float(kpr)))
+        return out
+
+    def queries(
+        self, ctx: Ctx, dataset: Sequence[Question], retriever: str
+    ) -> list[RetrievalQuery]:
+        cfg = ctx.section.generation
+        return [
+            RetrievalQuery(
+                q.item_id,
+                q.question,
+                [
+                    Passage(generation.chunk_id(c), c.text)
+                    for c in generation.question_chunks(q, cfg)
+                ],
+            )
+            for q in dataset
+        ]
+
+
+class Long2ragSystems(Systems[Long2ragParams, Question]):
+    """A whole RAG system answers each question from its documents, in long form."""
+
+    def questions(self, ctx: Ctx, dataset: Sequence[Question]) -> list[Question_]:
+        words = ctx.section.generation.max_words
+        task = (
+            f"Answer the question in a detailed, long-form answer of about {words} words,"
+            " using what the documents say."
+        )
+        return [
+            Question_(
+                q.item_id,
+                q.question,
+                [
+                    Passage(d.doc_id, (f"{d.title}\n" if d.title else "") + d.text)
+                    for d in q.documents
+                ],
+                task,
+                {"domain": q.domain, "category": q.category},
+            )
+            for q in dataset
+        ]
+
+    def generation(
+        self, ctx: Ctx, model: str, system: str, question: Question_, answer: SystemAnswer
+    ) -> Generation:
+        meta: dict[str, Any] = {"prompt_sha": "system"}
+        if answer.passages is not None:
+            meta["context_docs"] = list(answer.passages)
+        return Generation.offline(
+            "long2rag", question.id, model, system, SYSTEM_SETTING, answer.answer, meta
+        )
+
+    def setting(self, model: str, system: str) -> str:
+        return SYSTEM_SETTING
+
+
 class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     name = "long2rag"
     coverage = Long2ragCoverage()
@@ -162,7 +269,17 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     record = Question
     providers = (Long2ragLeadModel, OverlapJudge)
 
+    retrieval = Long2ragRetrieval()
+    systems = Long2ragSystems()
+
     def check_params(self, section: Long2ragParams, params: Params) -> None:
+        for setting in section.settings:
+            name = generation.ranker_of(setting)
+            if name is not None and name not in section.retrievers:
+                raise ValueError(
+                    f"long2rag.settings: {setting!r} names {name!r}, which long2rag.retrievers"
+                    " does not list (a retrievers entry must be listed there to run)"
+                )
         llm = section.construction.llm
         if llm is not None and not isinstance(params.judges.get(llm), OpenAIJudge):
             raise ValueError(
@@ -221,12 +338,14 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     def plan_generations(
         self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Question]
     ) -> list[Planned]:
-        return generation.plan(ctx.section, model, spec, dataset, ctx.prompt("generate"))
+        return generation.plan(
+            ctx.section, model, spec, dataset, ctx.prompt("generate"), rank_of(ctx)
+        )
 
     def offline_generations(
         self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Question]
     ) -> list[Generation]:
-        return generation.offline(ctx.section, model, spec, dataset)
+        return generation.offline(ctx.section, model, spec, dataset, rank_of(ctx))
 
     # ---- judge
 

@@ -69,10 +69,37 @@ class Context:
 def rag_budget(setting: str) -> int | None:
     if setting == LONG_CONTEXT:
         return None
-    m = re.fullmatch(r"rag_([1-9][0-9]*)", setting)
+    m = re.fullmatch(r"rag_([1-9][0-9]*)(@.+)?", setting)
     if not m:
         raise ConfigError(f"long2rag.settings: unknown setting {setting!r}")
     return int(m.group(1))
+
+
+def ranker_of(setting: str) -> str | None:
+    """The retrievers entry of a `rag_<budget>@<entry>` setting (None: the chunk_ranker)."""
+    _, at, name = setting.partition("@")
+    return name if at else None
+
+
+def chunk_id(c: Chunk) -> str:
+    """A chunk as a passage of the retrieval stage: its document's place and token span."""
+    return f"{c.doc_index}:{c.start}-{c.end}"
+
+
+def question_chunks(q: Question, cfg: Long2ragGeneration) -> list[Chunk]:
+    return [
+        c
+        for i, d in enumerate(q.documents)
+        for c in chunk_document(i, d.text, cfg.chunk_tokens, cfg.chunk_overlap)
+    ]
+
+
+# A retrievers entry's ranking of a question's chunks (chunk ids, best first), by its name
+RankOf = Callable[[str, Question], "list[str]"]
+
+
+def no_ranking(name: str, q: Question) -> list[str]:
+    raise ConfigError(f"long2rag: no rankings of retriever {name!r} were given")
 
 
 def chunk_document(doc_index: int, text: str, size: int, overlap: int) -> list[Chunk]:
@@ -102,7 +129,9 @@ def _scores(query: str, texts: Sequence[str], ranker: str) -> list[float]:
     return dense_scores(query, texts, whole_document=False)
 
 
-def build_context(q: Question, setting: str, cfg: Long2ragGeneration) -> Context:
+def build_context(
+    q: Question, setting: str, cfg: Long2ragGeneration, rank_of: RankOf = no_ranking
+) -> Context:
     budget = rag_budget(setting)
     if budget is None:
         from pipeline.retrieval.tokens import count_tokens_batch
@@ -116,13 +145,21 @@ def build_context(q: Question, setting: str, cfg: Long2ragGeneration) -> Context
         )
     from pipeline.retrieval.tokens import get_encoding
 
-    chunks = [
-        c
-        for i, d in enumerate(q.documents)
-        for c in chunk_document(i, d.text, cfg.chunk_tokens, cfg.chunk_overlap)
-    ]
-    scores = _scores(q.question, [c.text for c in chunks], cfg.chunk_ranker)
-    order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
+    chunks = question_chunks(q, cfg)
+    ranker = ranker_of(setting)
+    if ranker is None:
+        scores = _scores(q.question, [c.text for c in chunks], cfg.chunk_ranker)
+        order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
+    else:
+        index = {chunk_id(c): i for i, c in enumerate(chunks)}
+        ranked = rank_of(ranker, q)
+        unknown = [c for c in ranked if c not in index]
+        if unknown:
+            raise ConfigError(
+                f"{q.item_id}: retriever {ranker!r} ranks chunks this question does not have"
+                f" ({unknown[:3]}): its retrieval stage chunked with other settings"
+            )
+        order = [index[c] for c in ranked]
     chosen: list[Chunk] = []
     used = 0
     for i in order:
@@ -229,10 +266,14 @@ def context_meta(ctx: Context) -> dict[str, Any]:
 
 
 def contexts(
-    section: Long2ragParams, dataset: Sequence[Question]
+    section: Long2ragParams, dataset: Sequence[Question], rank_of: RankOf = no_ranking
 ) -> list[tuple[Question, Context]]:
     """Every (question, setting) context, in dataset order."""
-    return [(q, build_context(q, s, section.generation)) for q in dataset for s in section.settings]
+    return [
+        (q, build_context(q, s, section.generation, rank_of))
+        for q in dataset
+        for s in section.settings
+    ]
 
 
 def system_of(model: str, spec: Any) -> str:
@@ -245,12 +286,13 @@ def plan(
     spec: OpenAIModel,
     dataset: Sequence[Question],
     prompt: Prompt,
+    rank_of: RankOf = no_ranking,
 ) -> list[Planned]:
     """One request per (question, setting), answer length `generation.max_tokens`."""
     system = system_of(model, spec)
     max_tokens = section.generation.max_tokens or spec.max_tokens
     out = []
-    for q, ctx in contexts(section, dataset):
+    for q, ctx in contexts(section, dataset, rank_of):
         request = ChatRequest(
             key=generation_id(q.item_id, system, ctx.setting, 0),
             messages=[{"role": "user", "content": render_prompt(prompt, q, ctx)}],
@@ -268,7 +310,11 @@ def plan(
 
 
 def offline(
-    section: Long2ragParams, model: str, spec: Any, dataset: Sequence[Question]
+    section: Long2ragParams,
+    model: str,
+    spec: Any,
+    dataset: Sequence[Question],
+    rank_of: RankOf = no_ranking,
 ) -> list[Generation]:
     """The answers of a provider that needs no model (`LOCAL_PROVIDERS`)."""
     fn = LOCAL_PROVIDERS.get(spec.provider)
@@ -276,7 +322,7 @@ def offline(
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run long2rag")
     system = system_of(model, spec)
     gens = []
-    for q, ctx in contexts(section, dataset):
+    for q, ctx in contexts(section, dataset, rank_of):
         text = fn(spec, q.question, [t for _, _, t in ctx.documents], section.generation)
         meta = {
             **context_meta(ctx),

@@ -19,7 +19,8 @@ from pipeline.core.config import (
 from pipeline.data.haystacks import HaystackSelection
 
 PROMPTS = "pipeline/benchmarks/long2rag/prompts"
-SETTING_RE = re.compile(r"^(long_context|rag_[1-9][0-9]*)$")
+# rag_<budget>, or rag_<budget>@<retriever>: the chunks ranked by a retrievers entry of yours
+SETTING_RE = re.compile(r"^(long_context|rag_[1-9][0-9]*(@[A-Za-z0-9_][A-Za-z0-9_-]*)?)$")
 
 
 class Long2ragLeadModel(OwnedModel):
@@ -137,7 +138,10 @@ class Long2ragParams(BenchmarkParams):
     def _settings(cls, settings: list[str]) -> list[str]:
         for s in settings:
             if not SETTING_RE.match(s):
-                raise ValueError(f"unknown setting {s!r}; use long_context or rag_<budget tokens>")
+                raise ValueError(
+                    f"unknown setting {s!r}; use long_context, rag_<budget tokens> or"
+                    " rag_<budget tokens>@<a retrievers entry>"
+                )
         no_repeats(settings=settings)
         return settings
 

@@ -39,12 +39,18 @@ from pipeline.core.benchmark import (
     Gens,
     LLMJudge,
     Paper,
+    Passage,
     Planned,
     PriorLabel,
+    Question,
     ReleasedJudgements,
     ReportSection,
+    Retrieval,
+    RetrievalQuery,
     Run,
     RunRow,
+    SystemAnswer,
+    Systems,
     Tables,
 )
 from pipeline.core.config import (
@@ -126,6 +132,144 @@ def studied(
                         field=f"retriever.{RELEASED_NAME[setting]}",
                     )
     return out
+
+
+# the setting of a whole RAG system's summaries (its own retrieval)
+SYSTEM_SETTING = "own"
+
+
+def rank_of(ctx: Ctx) -> generation.RankOf:
+    """The ranking of a setting that names one of the section's retrievers entries."""
+
+    for r in ctx.section.retrievers:  # read once here (baselines fork out their work)
+        ctx.preload(r)
+
+    def ranking(setting: str, sub: Subtopic) -> list[int] | None:
+        if not ctx.is_retriever(setting):
+            return None
+        try:
+            return [int(p) for p, _ in ctx.ranked(setting, sub.item_id)]
+        except ValueError:
+            raise DataError(
+                f"retriever {setting!r} ranks ids that are not document positions",
+                item=sub.item_id,
+            ) from None
+
+    return ranking
+
+
+def passages(hay: Haystack) -> list[Passage]:
+    """A haystack's documents as retrievable passages: the id is the document's position (what
+    a summary cites as [i], and what a TREC run file names)."""
+    return [Passage(str(d.position), d.text) for d in hay.documents]
+
+
+class SummhayRetrieval(Retrieval[SummhayParams, Haystack]):
+    """Every subtopic's query (and subtopic text, as the released scores were computed) over its
+    haystack's documents, with the released rankings it has (what a reranker may re-order)."""
+
+    reserved = (*CONTEXT_SETTINGS, "full-shuffle", SYSTEM_SETTING)
+
+    def side_by_side(
+        self, params: Params, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[str, str, float]]:
+        """Coverage of the summaries of your models (not the released systems) per context
+        setting that is a ranking (not a whole-haystack order), and of your RAG systems."""
+        out = []
+        first = next((str(r["mode"]) for r in rows if "mode" in r), None)
+        for r in rows:
+            spec = params.models.get(str(r.get("model")))
+            if spec is None or spec.provider == "published" or r.get("coverage") is None:
+                continue
+            if r.get("mode") != first or r.get("collection") != "released":
+                continue
+            setting = str(r["setting"])
+            if setting.startswith("full"):
+                continue
+            retriever = str(r["system"]) if setting == SYSTEM_SETTING else setting
+            what = f"coverage of {r['system']}'s summaries ({r['judge']}, {r['domain']})"
+            out.append((retriever, what, float(r["coverage"])))
+        return out
+
+    def queries(
+        self, ctx: Ctx, dataset: Sequence[Haystack], retriever: str
+    ) -> list[RetrievalQuery]:
+        from pipeline.retrieval.context import retrieval_query
+
+        out = []
+        for hay in dataset:
+            docs = passages(hay)
+            positions = [d.position for d in hay.documents]
+            for sub in hay.subtopics:
+                released = {
+                    name: [
+                        str(p)
+                        for _, p in sorted(
+                            zip(scores, positions, strict=True), key=lambda x: (-x[0], x[1])
+                        )
+                    ]
+                    for name, scores in sorted(sub.retriever_scores.items())
+                    if len(scores) == len(positions)
+                }
+                out.append(RetrievalQuery(sub.item_id, retrieval_query(sub), docs, None, released))
+        return out
+
+
+class SummhaySystems(Systems[SummhayParams, Haystack]):
+    """A whole RAG system summarizes each subtopic from the whole haystack: a bullet list, each
+    bullet citing the documents it draws on by their ids in brackets ([3][12]); citations
+    given apart (`citations`, one list per bullet) are written into its bullets."""
+
+    def questions(self, ctx: Ctx, dataset: Sequence[Haystack]) -> list[Question]:
+        out = []
+        for hay in dataset:
+            docs = passages(hay)
+            for sub in hay.subtopics:
+                n = generation.n_insights(sub)
+                task = (
+                    f"Summarize what the documents say about the question in {n} bullet points,"
+                    " one insight per bullet. End each bullet with the ids of the documents it"
+                    " comes from, in square brackets, e.g. [3][12]."
+                )
+                meta = {"topic": hay.topic, "domain": hay.domain, "bullets": n}
+                out.append(Question(sub.item_id, sub.query, docs, task, meta))
+        return out
+
+    def generation(
+        self, ctx: Ctx, model: str, system: str, question: Question, answer: SystemAnswer
+    ) -> Generation:
+        text = answer.answer
+        meta: dict[str, Any] = {"prompt_sha": "system"}
+        error = None
+        if answer.citations is not None:
+            text, error = with_citations(text, answer.citations)
+        if answer.passages is not None:
+            try:
+                meta["context_docs"] = [int(p) for p in answer.passages]
+            except ValueError:
+                error = f"passages {list(answer.passages)[:3]} are not document ids"
+        if error is not None:
+            return Generation(
+                benchmark="summhay", item_id=question.id, model=model, system=system,
+                setting=SYSTEM_SETTING, status="error", error=error, meta=meta,
+            )  # fmt: skip
+        return Generation.offline("summhay", question.id, model, system, SYSTEM_SETTING, text, meta)
+
+    def setting(self, model: str, system: str) -> str:
+        return SYSTEM_SETTING
+
+
+def with_citations(text: str, citations: Sequence[Sequence[str]]) -> tuple[str, str | None]:
+    """The answer with each bullet's cited ids written after it as [id] (a bullet that already
+    cites keeps its text); an error when there are not as many citation lists as bullets."""
+    lines = text.splitlines()
+    bullets = [i for i, line in enumerate(lines) if line.lstrip()[:1] in ("-", "*", "\u2022")]
+    if len(bullets) != len(citations):
+        return text, f"citations for {len(citations)} bullets, but the answer has {len(bullets)}"
+    for i, ids in zip(bullets, citations, strict=True):
+        if ids and "[" not in lines[i]:
+            lines[i] = lines[i].rstrip() + " " + "".join(f"[{d}]" for d in ids)
+    return "\n".join(lines), None
 
 
 class SummhayCoverage(Coverage[SummhayParams, Subtopic]):
@@ -290,14 +434,20 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     agreement = HumanLabels()
     judge_training = SummhayTraining()
 
+    retrieval = SummhayRetrieval()
+    systems = SummhaySystems()
+
     def check_params(self, section: SummhayParams, params: Params) -> None:
         for m in section.models:
             spec = params.models[m]
             if isinstance(spec, OpenAIModel | BaselineModel):
                 try:
-                    known("setting", settings_of(spec), CONTEXT_SETTINGS)
+                    known("setting", settings_of(spec), (*CONTEXT_SETTINGS, *section.retrievers))
                 except ValueError as e:
-                    raise ValueError(f"models.{m}.settings: {e}") from e
+                    raise ValueError(
+                        f"models.{m}.settings: {e} (a retrievers entry must also be listed in"
+                        " summhay.retrievers)"
+                    ) from e
 
     # ---- construct
 
@@ -419,7 +569,9 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
         self, ctx: Ctx, model: str, spec: OpenAIModel, dataset: Sequence[Haystack]
     ) -> list[Planned]:
         dataset = studied(model, spec, dataset)
-        return generation.plan(ctx.section, ctx.params.seed, model, spec, dataset, ctx.prompts)
+        return generation.plan(
+            ctx.section, ctx.params.seed, model, spec, dataset, ctx.prompts, rank_of(ctx)
+        )
 
     def offline_generations(
         self, ctx: Ctx, model: str, spec: ModelSpec, dataset: Sequence[Haystack]
@@ -428,7 +580,12 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
             return list(published.generations(model, spec, ctx.inputs, ctx.data_dir, dataset))
         if isinstance(spec, BaselineModel):
             return generation.baseline_generations(
-                ctx.section, ctx.params.seed, model, spec, studied(model, spec, dataset)
+                ctx.section,
+                ctx.params.seed,
+                model,
+                spec,
+                studied(model, spec, dataset),
+                rank_of(ctx),
             )
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run summhay")
 

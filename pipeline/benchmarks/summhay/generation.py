@@ -9,7 +9,7 @@ layer sends the requests through the model layer and turns the answers into reco
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.benchmarks.summhay.params import SummhayParams, settings_of
@@ -29,6 +29,15 @@ def n_insights(sub: Subtopic) -> int:
     return sum(1 for i in sub.insights if i.gold_docs) or len(sub.insights)
 
 
+# A retriever of the user's: its ranking of a subtopic's documents (positions, best first), as
+# its retrieval stage made it; None for the project's own settings.
+RankOf = Callable[[str, Subtopic], "list[int] | None"]
+
+
+def no_ranking(setting: str, sub: Subtopic) -> list[int] | None:
+    return None
+
+
 def context_of(
     section: SummhayParams,
     seed: int,
@@ -36,17 +45,20 @@ def context_of(
     sub: Subtopic,
     setting: str,
     budget: int | None = None,
+    rank_of: RankOf = no_ranking,
 ) -> Context:
     """The context of one (haystack, subtopic, setting): it depends on nothing else. A RAG
     context holds `rag_budget_tokens` of documents, or `budget` when given (a model whose
-    context window cannot hold that: `fitted_budget`)."""
+    context window cannot hold that: `fitted_budget`); a setting that names a retriever of the
+    user's packs its ranking (`rank_of`)."""
     from pipeline.retrieval.context import build_context  # numpy and tokenizers: load on use
 
-    if setting.startswith("full"):
+    ranking = rank_of(setting, sub)
+    if setting.startswith("full") and ranking is None:
         budget = None
     elif budget is None:
         budget = section.rag_budget_tokens
-    return build_context(hay, sub, setting, budget_tokens=budget, seed=seed)
+    return build_context(hay, sub, setting, budget_tokens=budget, seed=seed, ranking=ranking)
 
 
 # A model's own tokenizer counts more tokens than cl100k_base (the budget's unit) on the same
@@ -82,6 +94,7 @@ def plan(
     spec: OpenAIModel,
     dataset: Sequence[Haystack],
     prompts: Mapping[str, Prompt],
+    rank_of: RankOf = no_ranking,
 ) -> list[Planned]:
     """One request per (subtopic, setting, sample), with the domain's prompt. A model entry
     whose `context_window` cannot hold the section's RAG budget gets its RAG contexts packed to
@@ -96,7 +109,7 @@ def plan(
         for sub in hay.subtopics:
             fitted = fitted_budget(section, spec, count_tokens(_render(prompt, hay, sub, "", 0)))
             for setting in settings_of(spec):
-                ctx = context_of(section, seed, hay, sub, setting, fitted)
+                ctx = context_of(section, seed, hay, sub, setting, fitted, rank_of)
                 text = _render(prompt, hay, sub, ctx.text, len(ctx.documents))
                 meta: dict[str, object] = {
                     "prompt": prompt.path,
@@ -131,7 +144,12 @@ def _render(prompt: Prompt, hay: Haystack, sub: Subtopic, documents: str, n_docu
 
 
 def baseline_generations(
-    section: SummhayParams, seed: int, model: str, spec: BaselineModel, dataset: Sequence[Haystack]
+    section: SummhayParams,
+    seed: int,
+    model: str,
+    spec: BaselineModel,
+    dataset: Sequence[Haystack],
+    rank_of: RankOf = no_ranking,
 ) -> list[Generation]:
     """Summaries of a no-model baseline (pipeline/baselines.py) over the same contexts an LLM
     would see; each bullet cites the positions of the documents its sentence comes from."""
@@ -144,7 +162,7 @@ def baseline_generations(
 
     def one(job: tuple[Haystack, Subtopic, str]) -> Generation:
         hay, sub, setting = job
-        ctx = context_of(section, seed, hay, sub, setting)
+        ctx = context_of(section, seed, hay, sub, setting, rank_of=rank_of)
         docs = [Doc(d.position, d.text) for d in ctx.documents]
         text = summarize(retrieval_query(sub), docs, spec.bullets or n_insights(sub))
         meta = {
