@@ -918,15 +918,45 @@ def plan(
     help="A Dask scheduler (tcp://HOST:8786): run the stages on its `lfbench worker`s, each in"
     " its own clone, sharing the team's DVC remote, MLflow server and response cache.",
 )
+@click.option(
+    "--shared-cache/--no-shared-cache",
+    default=True,
+    show_default=True,
+    help="--cluster: require the workers to share the driver's response cache"
+    " (LFBENCH_CACHE_URL); --no-shared-cache lets each worker keep its own, and a request two"
+    " workers need is then paid by each.",
+)
+@click.option(
+    "--connect-timeout",
+    type=Seconds(),
+    default=None,
+    metavar="SECONDS",
+    help="--cluster: how long the scheduler has to answer [default: 10 s].",
+)
 @click.option("-f", "--force", is_flag=True, help="Run every stage, changed or not.")
-def repro(targets: tuple[str, ...], jobs: int, cluster: str | None, force: bool) -> None:
+def repro(
+    targets: tuple[str, ...],
+    jobs: int,
+    cluster: str | None,
+    shared_cache: bool,
+    connect_timeout: float | None,
+    force: bool,
+) -> None:
     """`dvc repro [TARGETS]` with independent stages side by side: the same stages, the same
     dvc.lock and outputs, each stage as soon as the stages it depends on are done."""
+    from pipeline.tools.cluster import DRIVER_CONNECT_S
     from pipeline.tools.parallel import failed_log_tail, run_repro, summary
     from pipeline.tools.repro_view import LiveView
 
     result = run_repro(
-        Path.cwd(), targets, jobs=jobs, cluster=cluster, force=force, view=LiveView()
+        Path.cwd(),
+        targets,
+        jobs=jobs,
+        cluster=cluster,
+        force=force,
+        view=LiveView(),
+        shared_cache=shared_cache,
+        connect_timeout=connect_timeout or DRIVER_CONNECT_S,
     )
     for line in summary(result):
         click.echo(line, err=True)
@@ -951,12 +981,21 @@ def repro(targets: tuple[str, ...], jobs: int, cluster: str | None, force: bool)
 )
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--name", default=None, help="The worker's name on the cluster.")
-def worker(scheduler: str, clone: Path, jobs: int, name: str | None) -> None:
+@click.option(
+    "--connect-timeout",
+    type=Seconds(),
+    default=None,
+    metavar="SECONDS",
+    help="How long to wait for the scheduler to answer at start [default: 120 s].",
+)
+def worker(
+    scheduler: str, clone: Path, jobs: int, name: str | None, connect_timeout: float | None
+) -> None:
     """A Dask worker for `lfbench repro --cluster SCHEDULER`: runs stages in its own clone,
     pulling what they read from the team's DVC remote and pushing what they make."""
-    from pipeline.tools.cluster import serve
+    from pipeline.tools.cluster import WORKER_CONNECT_S, serve
 
-    serve(scheduler, clone, jobs, name)
+    serve(scheduler, clone, jobs, name, connect_timeout or WORKER_CONNECT_S)
 
 
 @cli.command()

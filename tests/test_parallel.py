@@ -428,12 +428,293 @@ def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
     )
     real = parallel.DvcSide._dump_lock
 
-    def slow(self: Any, data: Any) -> None:
+    def slow(self: Any, data: Any, path: Path | None = None) -> None:
         time.sleep(1.5)
-        real(self, data)
+        real(self, data, path)
 
     monkeypatch.setattr(parallel.DvcSide, "_dump_lock", slow)
     monkeypatch.chdir(proj)
     result = parallel.Repro(proj, ["f"], jobs=2).run()
     assert result.ok
     assert "a" in json.loads((proj / "out/f.json").read_text())
+
+
+READER = textwrap.dedent(
+    """
+    import json, sys, pathlib, time
+    from pipeline.core.lineage import dvc_lock_entry
+    root, last, stop = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+    reads = bad = 0
+    first = None
+    while not stop.exists():
+        reads += 1
+        try:
+            if dvc_lock_entry(root, last) is None:
+                bad += 1
+        except Exception as e:  # a half-written file: a YAML error, as the aggregate saw
+            bad += 1
+            first = first or f"{type(e).__name__}: {e}"[:200]
+        time.sleep(0.005)
+    print(json.dumps({"reads": reads, "bad": bad, "first": first}))
+    """
+)
+
+
+def _big_lock(n: int) -> dict[str, Any]:
+    """A dvc.lock of `n` stages, each with a few dependencies and outputs (the 8-model perf run's
+    is about 200 kB: DVC's writer takes most of a second to dump it)."""
+
+    def entry(i: int) -> dict[str, Any]:
+        return {
+            "cmd": f"python step.py s{i} out/s{i}.json",
+            "deps": [
+                {"path": f"in/{k}.json", "hash": "md5", "md5": f"{i:08d}{k:024d}", "size": i + k}
+                for k in range(3)
+            ],
+            "params": {"params.yaml": {f"models.m{i}.temperature": 0.5}},
+            "outs": [{"path": f"out/s{i}.json", "hash": "md5", "md5": f"{i:032d}", "size": i}],
+        }
+
+    return {"schema": "2.0", "stages": {f"s{i}": entry(i) for i in range(n)}}
+
+
+def test_a_stage_reading_dvc_lock_never_sees_the_driver_s_write_half_done(tmp_path: Path) -> None:
+    """The driver rewrites dvc.lock whenever stages finish, while other stages run and read it
+    (an aggregate's lineage: `dvc_lock_entry`). A reader hammering the file from another process
+    while the driver writes it over and over must always find a whole file (the bug: DVC's
+    `dump_yaml` rewrote it in place, and an aggregate failed on `yaml.scanner.ScannerError`)."""
+    from dvc.repo import Repo
+
+    from pipeline.tools.parallel import DvcSide
+
+    proj = toy(tmp_path / "p", diamond())
+    lock = _big_lock(150)
+    (proj / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen(
+        [str(Path(os.sys.executable)), "-c", READER, str(proj), "s149", str(stop)],
+        env=run_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)  # the reader is reading
+        with Repo(str(proj)) as repo:
+            dvc = DvcSide(repo)
+            for n in range(3):  # as batches of stages finish
+                entry = dict(lock["stages"][f"s{n}"], cmd=f"python step.py s{n} v{n}")
+                dvc._write_lock({f"s{n}": entry})
+    finally:
+        stop.touch()
+        out, _ = reader.communicate(timeout=60)
+    seen = json.loads(out)
+    assert seen["reads"] > 10, seen
+    assert seen["bad"] == 0, seen
+    final = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    assert final["s2"]["cmd"] == "python step.py s2 v2" and len(final) == 150
+    assert not [p.name for p in proj.iterdir() if p.name.startswith(".dvc.lock")]  # no leftovers
+
+
+def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several stages of one clone run at once: a task writing the driver's dvc.lock (and
+    params.yaml, dvc.yaml, uncached inputs) into the clone must not rewrite a file another
+    stage is reading. A reader holding the old file keeps reading it whole; the path holds the
+    new bytes (a file already holding the same bytes is not written at all)."""
+    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], clone)
+    run(["dvc", "repro", "e"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+    old_lock = (clone / "dvc.lock").read_bytes()
+    yaml_ino = (clone / "dvc.yaml").stat().st_ino
+    files = {n: (clone / n).read_bytes() for n in SHIPPED if (clone / n).exists()}
+    files["dvc.lock"] = old_lock + b"# the driver's, with more stages\n"
+    payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+    spec = TaskSpec(
+        run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
+        cluster={**payload, "force": False},
+    )  # fmt: skip
+    with (clone / "dvc.lock").open("rb") as reading:
+        res = run_in_clone(spec, "here", time.monotonic())
+        assert res.rc == 0 and res.how == "unchanged", res
+        assert reading.read() == old_lock  # the reader's file: untouched
+    assert (clone / "dvc.lock").read_bytes() == files["dvc.lock"]
+    assert (clone / "dvc.yaml").stat().st_ino == yaml_ino  # the same bytes: not rewritten
+
+
+GEN = textwrap.dedent(
+    """
+    import json, pathlib, time, yaml
+    first = yaml.safe_load(open("params.yaml"))["first"]
+    with open("times.log", "a") as f:
+        f.write(json.dumps({"name": "g", "start": time.time(), "first": first}) + "\\n")
+    pathlib.Path("out").mkdir(exist_ok=True)
+    pathlib.Path("out/g.json").write_text(json.dumps(list(range(first))))
+    """
+)
+
+
+def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage already in dvc.lock (first: 4) whose params change (first: 2), run on a worker:
+    it runs and makes 2 items; the worker must not restore the 4 it made before (the bug: it
+    saved the new params before asking the run cache, and DVC then took the stage's own lock
+    entry, the old outputs, as the cached result of the new params). Back to first: 4 with the
+    run-cache entry only on the team's remote: restored from it, the 4 items, not run."""
+    from pipeline.core.io import file_digest
+    from pipeline.tools.cluster import ENV_CLONE, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    pipeline = {
+        "stages": {
+            "g": {"cmd": "python gen.py", "deps": ["gen.py"], "params": ["first"],
+                  "outs": ["out/g.json"]},
+        }
+    }  # fmt: skip
+    clone = toy(tmp_path / "clone", pipeline)
+    (clone / "gen.py").write_text(GEN)
+    (clone / "params.yaml").write_text("first: 4\n")
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["git", "add", "-A"], clone)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen"], clone)
+    run(["dvc", "repro"], clone)
+    run(["dvc", "push", "--run-cache"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+
+    def task(first: int, lock: bytes) -> Any:
+        files = {
+            "params.yaml": f"first: {first}\n".encode(),
+            "dvc.yaml": (clone / "dvc.yaml").read_bytes(),
+            "dvc.lock": lock,
+        }
+        payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+        spec = TaskSpec(
+            run="r", stage="g", cmds=["python gen.py"], env={}, cores=1,
+            cluster={**payload, "force": False},
+        )  # fmt: skip
+        return run_in_clone(spec, "here", time.monotonic())
+
+    def lock_of(entry: dict[str, Any]) -> bytes:
+        return yaml.safe_dump({"schema": "2.0", "stages": {"g": entry}}, sort_keys=False).encode()
+
+    res = task(2, (clone / "dvc.lock").read_bytes())
+    assert res.rc == 0 and res.how == "ran", res
+    assert json.loads((clone / "out/g.json").read_text()) == [0, 1]
+    assert res.lock_entry["params"]["params.yaml"] == {"first": 2}
+    assert res.lock_entry["outs"][0]["md5"] == file_digest(clone / "out/g.json")
+    assert [r["first"] for r in times(clone).values()] == [2]  # (times keeps the last per name)
+
+    # the driver's dvc.lock now says first: 2; first: 4 again, its run known only to the remote
+    shutil.rmtree(clone / ".dvc" / "cache" / "runs")
+    log_lines = len((clone / "times.log").read_text().splitlines())
+    res = task(4, lock_of(res.lock_entry))
+    assert res.rc == 0 and res.how == "restored", res
+    assert json.loads((clone / "out/g.json").read_text()) == [0, 1, 2, 3]
+    assert res.lock_entry["params"]["params.yaml"] == {"first": 4}
+    assert res.lock_entry["outs"][0]["md5"] == file_digest(clone / "out/g.json")
+    assert len((clone / "times.log").read_text().splitlines()) == log_lines  # not run
+
+
+def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker runs its clone's code: a stage sent to a clone whose tracked files differ from
+    its commit is refused, naming the worker and the files (the bug: it ran the edited code,
+    and the driver's dvc.lock recorded it as the commit's). What a repro itself changes is not
+    an edit: the files the driver sends, outputs, DVC's own lines in a .gitignore, a file
+    touched but unchanged."""
+    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.tools.stage_task import TaskSpec
+
+    clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    run(["dvc", "repro", "e"], clone)
+    run(["git", "add", "-A"], clone)  # out/.gitignore (DVC's /e.json) committed
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "e"], clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv(ENV_CLONE, str(clone))
+
+    def task() -> Any:
+        files = {n: (clone / n).read_bytes() for n in SHIPPED if (clone / n).exists()}
+        payload = {"commit": identity(clone)["commit"], "files": files, "uncached": {}}
+        spec = TaskSpec(
+            run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
+            cluster={**payload, "force": True},
+        )  # fmt: skip
+        return run_in_clone(spec, "here", time.monotonic())
+
+    def ran() -> int:  # runs of the stage since the task was first sent
+        return len((clone / "times.log").read_text().splitlines()) - 1
+
+    assert task().rc == 0 and ran() == 1
+    step = (clone / "step.py").read_text()
+    (clone / "step.py").write_text(step + "# an edit\n")
+    res = task()
+    assert res.rc == 2 and ran() == 1, res  # refused, not run
+    assert "here" in res.error and str(clone) in res.error and "step.py" in res.error
+    (clone / "step.py").write_text(step)  # back as committed (a new mtime): runs again
+    assert task().rc == 0 and ran() == 2
+    with (clone / "out" / ".gitignore").open("a") as f:
+        f.write("/a.json\n")  # what DVC writes for stage a's output
+    (clone / "dvc.yaml").write_text((clone / "dvc.yaml").read_text() + "\n")  # sent by the driver
+    assert task().rc == 0 and ran() == 3
+    with (clone / "out" / ".gitignore").open("a") as f:
+        f.write("/notes.txt\n")  # not an output: the user's
+    res = task()
+    assert res.rc == 2 and "out/.gitignore" in res.error and "step.py" not in res.error, res
+
+
+HOLD = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    pathlib.Path("started").touch()
+    deadline = time.time() + 60
+    while not pathlib.Path("release").exists():
+        if time.time() > deadline:
+            sys.exit(1)
+        time.sleep(0.05)
+    pathlib.Path("out").mkdir(exist_ok=True)
+    pathlib.Path("out/hold.json").write_text("{}")
+    """
+)
+
+
+def test_lfbench_repro_refuses_while_a_dvc_repro_runs_in_the_project(tmp_path: Path) -> None:
+    """A `dvc repro` lets go of the project's lock while a stage's command runs. `lfbench
+    repro` started then must see it and refuse before doing anything (the bug: it got in, both
+    failed, and the dvc repro's finished stage was not recorded); the dvc repro then ends as
+    if alone."""
+    hold = {"cmd": "python hold.py", "deps": ["hold.py"], "outs": ["out/hold.json"]}
+    pipeline = {"stages": {"hold": hold}}
+    proj = toy(tmp_path / "p", pipeline)
+    (proj / "hold.py").write_text(HOLD)
+    (proj / ".gitignore").write_text("started\nrelease\n.lfbench/\n")
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "hold"], proj)
+    dvc = subprocess.Popen(
+        ["dvc", "repro"], cwd=proj, env=run_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (proj / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (proj / "started").exists(), "dvc repro never started its stage"
+        proc = run(["lfbench", "repro", "--jobs", "2"], proj, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert f"a DVC command is running in this project (PID {dvc.pid}:" in proc.stderr
+        assert "nothing was done" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        (proj / "release").touch()
+        out, _ = dvc.communicate(timeout=120)
+    assert dvc.returncode == 0, out
+    assert "hold" in yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], proj).stdout

@@ -110,6 +110,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """`data` into `path` atomically, unless the file holds exactly these bytes already (a
+    process may be reading it: it keeps its file). Returns whether it wrote."""
+    try:
+        if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    atomic_write_bytes(path, data)
+    return True
+
+
 # A spreadsheet reads a cell starting with one of these as a formula (`=HYPERLINK(...)` in a model
 # answer would run when the CSV is opened): such a cell is written with a leading ' (OWASP's
 # advice against CSV injection), which `from_spreadsheet` takes off again.

@@ -14,7 +14,8 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
   elsewhere (pipeline/tools/stage_task.py).
 - **Byte for byte.** Every output and every dvc.lock entry is what `dvc repro` writes. A
   stage's entry is written as soon as it is done (an aggregate reads its upstream stages'
-  entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place.
+  entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place,
+  and the file is replaced atomically (running stages read it: never a half-written file).
   Entries new to dvc.lock (a model added) and their outputs' .gitignore lines go in dvc.yaml's
   order (`declared`): a serial `dvc repro` appends them in an order that changes from one run
   to the next (its plan follows Python's string hashing), this one in the same order each time.
@@ -25,6 +26,8 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
 - **Failures.** A failing stage stops the stages that depend on it, never the others; the run
   ends non-zero naming each failed stage and its log. Ctrl-C: running stages get one SIGINT and
   finish their requests in flight into their journals; a second Ctrl-C abandons them.
+- **Alone in the project.** Before anything, a DVC command running in the project (a `dvc
+  repro` whose stage command runs while DVC's lock is let go) stops the run (`running_dvc`).
 - **Removed stages.** Before the plan, the dvc.lock entries of stages no longer in dvc.yaml (a
   model or judge taken out of params.yaml) are dropped and their outputs removed from the
   workspace (they stay in the DVC cache), so the folders the aggregates read are as before the
@@ -48,8 +51,17 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ConfigError, LfbenchError
+from pipeline.core.io import atomic_write_text, write_if_changed
 from pipeline.stages.tracking import workspace_id
-from pipeline.tools.cluster import SHIPPED, pull_outputs
+from pipeline.tools.cluster import (
+    DRIVER_CONNECT_S,
+    SHIPPED,
+    check_address,
+    dvc_outputs,
+    pull_outputs,
+    shown,
+    uncommitted,
+)
 from pipeline.tools.containers import forget
 from pipeline.tools.stage_task import (
     TaskResult,
@@ -156,8 +168,8 @@ class DvcSide:
         self.pending: list[Any] = []
         self.adopted: dict[str, Mapping[str, Any]] = {}  # --cluster: entries to write
         self.to_pull: list[str] = []  # --cluster: stages whose outputs are pulled at the end
-        self._lock_doc: Any = None  # dvc.lock as last written (DVC's round-trip YAML)
-        self._lock_sig: tuple[int, int, int] | None = None
+        # each dvc.lock as last written (DVC's round-trip YAML) and its stat signature then
+        self._lock_docs: dict[Path, tuple[Any, tuple[int, int, int] | None]] = {}
 
     def prepare(self, stage: Any, upstream: list[Any]) -> str:
         """Before the command: UNCHANGED (nothing to do), RESTORED (from the run cache, saved,
@@ -198,8 +210,7 @@ class DvcSide:
             path = (root / rel).resolve()
             if root not in path.parents:
                 raise LfbenchError(f"stage {name}: a worker sent {rel}, outside the workspace")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            write_if_changed(path, data)
         self.adopted[name] = dict(entry[name]) if name in entry else dict(entry)
 
     def finish(self, stage: Any) -> None:
@@ -214,22 +225,17 @@ class DvcSide:
 
     def flush(self) -> None:
         """Write the dvc.lock entries of the stages finished since the last flush (and, on a
-        cluster, adopted from workers) in one rewrite of the file."""
+        cluster, adopted from workers) in one rewrite of the file (of each dvc.lock: a stage of
+        a dvc.yaml in a subfolder goes into the dvc.lock beside it, as DVC writes it)."""
         from dvc.stage.serialize import to_lockfile
 
-        root_file = str(Path(self.repo.root_dir) / "dvc.yaml")
         if self.pending:
-            mine = [s for s in self.pending if s.dvcfile.path == root_file]
-            others: dict[str, list[Any]] = {}
+            by_lock: dict[Path, dict[str, Any]] = {}
             for stage in self.pending:
-                if stage.dvcfile.path != root_file:  # a dvc.yaml in a subfolder: DVC writes it
-                    others.setdefault(stage.dvcfile.path, []).append(stage)
-            for stages in others.values():
-                stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
-            entries: dict[str, Any] = {}
-            for stage in mine:
-                entries.update(to_lockfile(stage))
-            self._write_lock(entries)
+                path = Path(stage.dvcfile.path).with_suffix(".lock")
+                by_lock.setdefault(path, {}).update(to_lockfile(stage))
+            for path, entries in by_lock.items():
+                self._write_lock(entries, path)
             self.pending = []
         if self.adopted:
             adopted, self.adopted = self.adopted, {}
@@ -249,39 +255,42 @@ class DvcSide:
         stages = {s.addressing: s for s in self.repo.index.stages}
         return pull_outputs(self.repo, [stages[name] for name in names])
 
-    def _read_lock(self) -> Any:
+    def _lock_path(self) -> Path:
+        return Path(self.repo.root_dir) / "dvc.lock"
+
+    def _read_lock(self, path: Path | None = None) -> Any:
         """dvc.lock parsed as DVC's round-trip YAML ({} when absent), the copy kept from the
         last write while nobody else changed the file: parsing a 200-kB dvc.lock takes DVC
         longer than writing it."""
-        from dvc.utils.serialize import parse_yaml_for_update
+        path = path or self._lock_path()
+        kept = self._lock_docs.get(path)
+        if kept is not None and kept[1] == _file_sig(path):
+            return kept[0]
+        return read_lock_doc(path)
 
-        path = Path(self.repo.root_dir) / "dvc.lock"
-        if self._lock_doc is not None and self._lock_sig == _file_sig(path):
-            return self._lock_doc
-        return (parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}) or {}
+    def _dump_lock(self, data: Any, path: Path | None = None) -> None:
+        path = path or self._lock_path()
+        write_lock_doc(path, data)
+        self._lock_docs[path] = (data, _file_sig(path))
 
-    def _dump_lock(self, data: Any) -> None:
-        from dvc.utils.serialize import dump_yaml
-
-        path = Path(self.repo.root_dir) / "dvc.lock"
-        dump_yaml(str(path), data, fs=self.repo.fs)
-        self._lock_doc, self._lock_sig = data, _file_sig(path)
-
-    def _write_lock(self, entries: Mapping[str, Any]) -> None:
+    def _write_lock(self, entries: Mapping[str, Any], path: Path | None = None) -> None:
         """These entries into dvc.lock, as DVC's `Lockfile.dump_stages` writes them (its
-        round-trip YAML, entries updated in place or appended)."""
+        round-trip YAML, entries updated in place or appended), but atomically: stages that
+        are running read it (an aggregate's lineage), and DVC's own writer rewrites it in
+        place, so a reader could find it half-written."""
         if not entries:
             return
-        data = self._read_lock()
+        path = path or self._lock_path()
+        data = self._read_lock(path)
         if not data:
             data.update({"schema": "2.0"})
-            log.info("Generating lock file 'dvc.lock'")
+            log.info("Generating lock file '%s'", path.relative_to(self.repo.root_dir))
         data["stages"] = data.get("stages", {})
         changed = any(data["stages"].get(k, {}) != v for k, v in entries.items())
         data["stages"].update(entries)
-        self._dump_lock(data)
+        self._dump_lock(data, path)
         if changed:
-            self.repo.scm_context.track_file("dvc.lock")
+            self.repo.scm_context.track_file(str(path.relative_to(self.repo.root_dir)))
 
     def ignore_new_outputs(self, stages: Sequence[Any], locked: set[str]) -> None:
         """Write the .gitignore lines of new stages' outputs, in `declared` order (a serial run
@@ -344,8 +353,6 @@ def prune(repo: Any, *, force: bool = False) -> list[str]:
     in the DVC cache (edited by hand since its stage made it, or made with `cache: false`)
     would be lost: nothing is pruned and the error names it, unless `force`, which saves it in
     the cache first (and logs where). Returns the stages pruned."""
-    from dvc.utils.serialize import modify_yaml
-
     from pipeline.core.config import load_yaml
 
     root = Path(repo.root_dir)
@@ -381,11 +388,13 @@ def prune(repo: Any, *, force: bool = False) -> list[str]:
             kept.relative_to(root) if root in kept.parents else kept,
         )
     gone: list[str] = []
-    with modify_yaml(str(lock), fs=repo.fs) as data:
-        data_entries = data.get("stages") or {}
-        for name in [k for k in data_entries if k not in names]:
-            data_entries.pop(name)
-            gone.append(name)
+    data = read_lock_doc(lock)
+    data_entries = data.get("stages") or {}
+    for name in [k for k in data_entries if k not in names]:
+        data_entries.pop(name)
+        gone.append(name)
+    if gone:
+        write_lock_doc(lock, data)
     for _, path in doomed:
         _remove_output(repo, root, path)
     for name in gone:
@@ -456,11 +465,17 @@ class Repro:
         force: bool = False,
         view: Any = None,
         env: Mapping[str, str] | None = None,
+        shared_cache: bool = True,
+        connect_timeout: float = DRIVER_CONNECT_S,
     ) -> None:
         self.root = root.resolve()
         self.targets = list(targets)
         self.jobs = max(1, jobs)
-        self.cluster = cluster
+        # --cluster: the address checked before anything (never printed with credentials)
+        self.cluster = check_address(cluster) if cluster is not None else None
+        self.shared_cache = shared_cache  # --no-shared-cache: each worker its own cache
+        self.connect_timeout = connect_timeout
+        self._engine: Any = None  # --cluster: the client, connected when the run starts
         self.force = force
         self.view = view
         self.env = dict(env or {})
@@ -482,23 +497,18 @@ class Repro:
         run the commit), the uncached outputs stages may read, and everything its outputs and
         run history hold pushed to the team's remote, so any worker can pull what it needs."""
         self._commit = identity_commit(self.root)
-        declared = {
-            str(Path(o.fs_path).relative_to(self.root))
-            for s in repo.index.stages
-            for o in s.outs
-            if self.root in Path(o.fs_path).parents
-        }
         self._uncached = {
             str(Path(o.fs_path).relative_to(self.root))
             for s in repo.index.stages
             for o in s.outs
             if not o.use_cache and self.root in Path(o.fs_path).parents
         }
-        dirty = _dirty(self.root) - set(SHIPPED) - declared
+        # what differs from the commit, less what a repro itself changes (dvc.lock, params and
+        # dvc.yaml, which travel with each stage; outputs; DVC's lines in .gitignore files)
+        dirty = uncommitted(self.root, dvc_outputs(repo))
         if dirty:
             raise LfbenchError(
-                "--cluster: workers run the committed code; commit these first: "
-                + ", ".join(sorted(dirty))
+                "--cluster: workers run the committed code; commit these first: " + shown(dirty)
             )
         try:
             repo.push()
@@ -511,18 +521,19 @@ class Repro:
             repo.stage_cache.transfer(odb, repo.cache.legacy, force=False)
 
     def _start_engine(self, stack: contextlib.ExitStack) -> Any:
-        """Dask: a local cluster in this process, or the `--cluster` scheduler. Started when the
-        first stage must run (a run with nothing to do never imports it)."""
+        """Dask: a local cluster in this process, started when the first stage must run (a run
+        with nothing to do never imports it); or the `--cluster` scheduler, reached and its
+        workers checked before anything else is done."""
         from distributed import Client, Event, LocalCluster
 
         # Dask's own INFO lines (scheduler and worker start, comms) say nothing to a user
         for name in ("distributed", "tornado"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
         if self.cluster:
-            from pipeline.tools.cluster import check_workers, identity
+            from pipeline.tools.cluster import check_workers, connect_client, identity
 
-            client = stack.enter_context(Client(self.cluster, timeout="30s"))
-            check_workers(client, identity(self.root))
+            client = stack.enter_context(connect_client(self.cluster, self.connect_timeout))
+            check_workers(client, identity(self.root), shared_cache=self.shared_cache)
         else:
             lc = stack.enter_context(
                 LocalCluster(
@@ -545,14 +556,19 @@ class Repro:
     # -- main loop
 
     def run(self) -> ReproResult:
-        from dvc.repo import Repo, lock_repo
+        from dvc.repo import Repo
         from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
         if logging.getLogger().level > logging.DEBUG:  # the live view says what DVC would
             logging.getLogger("dvc").setLevel(logging.WARNING)
         self._t0 = time.monotonic()
         repo = Repo(str(self.root))
-        with lock_repo(repo), repo.scm_context(quiet=True):
+        with contextlib.ExitStack() as held:
+            held.enter_context(_locked(repo))
+            held.enter_context(repo.scm_context(quiet=True))
+            refuse_if_dvc_runs(repo)
+            if self.cluster:  # the scheduler and its workers, before anything is done
+                self._engine = self._start_engine(held)
             prune(repo)
             repo._reset()
             graph = get_active_graph(repo.index.graph)
@@ -591,7 +607,7 @@ class Repro:
 
         def client() -> Any:
             if not engine:
-                engine.append(self._start_engine(stack))
+                engine.append(self._engine or self._start_engine(stack))
             return engine[0]
 
         signalled = 0
@@ -839,6 +855,25 @@ class Repro:
 # ---------------------------------------------------------------- helpers
 
 
+def read_lock_doc(path: Path) -> Any:
+    """A dvc.lock parsed as DVC's round-trip YAML (its comments and order kept; {} when
+    absent or empty)."""
+    from dvc.utils.serialize import parse_yaml_for_update
+
+    if not path.exists():
+        return {}
+    return parse_yaml_for_update(path.read_text(encoding="utf-8"), str(path)) or {}
+
+
+def write_lock_doc(path: Path, data: Any) -> None:
+    """A dvc.lock written with the bytes DVC's `dump_yaml` writes, but atomically (a temporary
+    file in the same folder, fsync, rename): a stage reading it meanwhile finds the old file or
+    the new one, never a part (DVC truncates the file and writes it over most of a second)."""
+    from dvc.utils.serialize import dumps_yaml
+
+    atomic_write_text(path, dumps_yaml(data))
+
+
 def _file_sig(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
@@ -870,18 +905,109 @@ def identity_commit(root: Path) -> str:
     return git_info(root).commit
 
 
-def _dirty(root: Path) -> set[str]:
-    """Tracked files changed in the working tree (and staged), relative paths."""
-    import subprocess
+@contextlib.contextmanager
+def _locked(repo: Any) -> Iterator[None]:
+    """The project's DVC lock, held: another DVC command holding it is one clear line."""
+    from dvc.lock import LockError
+    from dvc.repo import lock_repo
 
-    out = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {line[3:].strip() for line in out.splitlines() if line.strip()}
+    try:
+        cm = lock_repo(repo)
+        cm.__enter__()
+    except LockError as e:
+        raise LfbenchError(
+            "another DVC command holds this project's lock (.dvc/tmp/lock), e.g. a running"
+            " `dvc repro`: nothing was done; run this once it is done (a lock left by a killed"
+            " DVC command goes by itself)"
+        ) from e
+    try:
+        yield
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def running_dvc(repo: Any) -> list[tuple[int, str]]:
+    """The DVC commands running in this project now (pid, command line), other than this
+    process: the live processes that DVC's rwlock file (.dvc/tmp/rwlock) names. A `dvc repro`
+    holds the project's lock only around its own steps and lets go of it while a stage's
+    command runs; all that while, the stage's dependencies and outputs stay in the rwlock
+    file with its pid and command line. A pid reused by another program since is told apart
+    by its command line."""
+    path = Path(repo.tmp_dir) / "rwlock"
+    data: Any = {}
+    for _ in range(5):  # DVC rewrites it in place (under its own guard): read it whole
+        try:
+            data = json.loads(path.read_text(encoding="utf-8") or "{}")
+            break
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    if not isinstance(data, dict):
+        return []
+    infos: list[Any] = list((data.get("write") or {}).values())
+    for readers in (data.get("read") or {}).values():
+        infos += list(readers) if isinstance(readers, list) else [readers]
+    found: dict[int, str] = {}
+    for info in infos:
+        if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
+            continue
+        pid, cmd = info["pid"], str(info.get("cmd", ""))
+        if pid == os.getpid() or pid in found:
+            continue
+        argv = _command_line(pid)
+        if argv is None:
+            continue
+        if cmd and argv and not _same_command(argv, cmd):
+            continue  # the pid is another program's now
+        found[pid] = cmd
+    return sorted(found.items())
+
+
+def _command_line(pid: int) -> str | None:
+    """A live process's command line ("" when it cannot be read), None when there is no
+    such process (or a zombie, whose command line is empty)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return None
+        try:  # no /proc: alive or not is all one can know
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    except OSError:  # another user's: it holds the paths all the same
+        return ""
+    if not raw:
+        return None
+    return " ".join(raw.rstrip(b"\0").decode("utf-8", "replace").split("\0"))
+
+
+def _same_command(argv: str, cmd: str) -> bool:
+    """Whether a process's command line is the one DVC recorded (its `sys.argv`): the same
+    words at the end, the program's path aside (`python -m dvc repro` records
+    `.../dvc/__main__.py repro`)."""
+    if argv.endswith(cmd):
+        return True
+    want, have = cmd.split()[1:], argv.split()
+    return bool(want) and have[-len(want) :] == want
+
+
+def refuse_if_dvc_runs(repo: Any) -> None:
+    """Stop, before doing anything, when another DVC command is running in this project (a
+    `dvc repro` between two of its own steps): both would fail, and its stage's finished work
+    would not be recorded."""
+    running = running_dvc(repo)
+    if running:
+        pid, cmd = running[0]
+        raise LfbenchError(
+            f"a DVC command is running in this project (PID {pid}: {cmd or 'dvc'}); nothing"
+            " was done: run this once it is done, or stop it first"
+            + (f" ({len(running) - 1} more DVC processes)" if len(running) > 1 else "")
+        )
 
 
 def _ncpu() -> int:
@@ -934,24 +1060,36 @@ def run_repro(
     cluster: str | None = None,
     force: bool = False,
     view: Any = None,
+    shared_cache: bool = True,
+    connect_timeout: float = DRIVER_CONNECT_S,
 ) -> ReproResult:
     """`lfbench repro`: DVC's errors (an unknown target, the lock held by another DVC process)
     as one line each, not a traceback."""
     from dvc.exceptions import DvcException
 
     try:
-        return Repro(root, targets, jobs=jobs, cluster=cluster, force=force, view=view).run()
+        return Repro(
+            root,
+            targets,
+            jobs=jobs,
+            cluster=cluster,
+            force=force,
+            view=view,
+            shared_cache=shared_cache,
+            connect_timeout=connect_timeout,
+        ).run()
     except DvcException as e:
         raise LfbenchError(f"dvc: {e}") from e
 
 
 def prune_workspace(root: Path, *, force: bool = False) -> list[str]:
     from dvc.exceptions import DvcException
-    from dvc.repo import Repo, lock_repo
+    from dvc.repo import Repo
 
     try:
         repo = Repo(str(root))
-        with lock_repo(repo), repo.scm_context(quiet=True):
+        with _locked(repo), repo.scm_context(quiet=True):
+            refuse_if_dvc_runs(repo)
             return prune(repo, force=force)
     except DvcException as e:
         raise LfbenchError(f"dvc: {e}") from e

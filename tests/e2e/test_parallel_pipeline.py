@@ -253,6 +253,18 @@ def _ran_in(clone: Path) -> set[str]:
     return {p.stem for p in (clone / ".lfbench" / "logs").glob("*.log")}
 
 
+def _change_m1(ws: Path) -> None:
+    """m1's entry changed for a stage already in dvc.lock: a slice of 2 subtopics (it ran on
+    all 3) and another temperature."""
+    path = ws / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    params["models"]["m1"].update(slice={"summhay": {"first": 2}}, temperature=0.3)
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+
+
+M1_FILES = ("generations/summhay/m1.jsonl", "generations/summhay/m1.usage.json")
+
+
 def test_a_cluster_of_two_workers_gives_the_same_bytes(setup: dict[str, Any]) -> None:
     work = setup["work"] / "cluster"
     work.mkdir()
@@ -265,29 +277,61 @@ def test_a_cluster_of_two_workers_gives_the_same_bytes(setup: dict[str, Any]) ->
             driver,
             env,
         )
-    assert "failed" not in proc.stderr, proc.stderr
-    assert _outputs(driver) == _outputs(setup["serial"])
-    assert _declared_order(driver)
+        assert "failed" not in proc.stderr, proc.stderr
+        assert _outputs(driver) == _outputs(setup["serial"])
+        assert _declared_order(driver)
+        status = run(["dvc", "status", *SUMMHAY_TARGETS], driver, env).stdout
+        assert "Data and pipelines are up to date" in status
+        assert not _ran_in(driver)  # nothing ran in the driver's workspace
+        assert _ran_in(w1) and _ran_in(w2)  # both workers did some
+        served = _served(server, since)
+        assert served and max(served.values()) == 1
+        runs = _current_runs(env["MLFLOW_TRACKING_URI"])
+        assert runs and set(runs.values()) == {1}
+        # the aggregate on a worker read the stage digests the driver's dvc.lock had then
+        assert _lineage(env["MLFLOW_TRACKING_URI"]) == _lineage(setup["serial_uri"])
+        # the runs belong to the driver's workspace (it retires what it no longer produces)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+        exp = client.get_experiment_by_name("summhay")
+        owners = {
+            r.data.tags["lfbench.workspace"]
+            for r in client.search_runs([exp.experiment_id], "tags.`lfbench.current` = 'true'")
+        }
+        assert owners == {(driver / ".lfbench" / "workspace").read_text().strip()}
+
+        # m1's entry changes for stages already in dvc.lock: the workers run them again (the
+        # bug: a worker "restored" the old outputs, 3 subtopics where the slice says 2, under
+        # the new params), as `--jobs` does in a copy of the serial workspace
+        before = {rel: (driver / rel).read_bytes() for rel in M1_FILES}
+        _change_m1(driver)
+        since = len(server.log())
+        proc = run(
+            ["lfbench", "repro", "--jobs", "6", "--cluster", c["address"], *SUMMHAY_TARGETS],
+            driver,
+            env,
+        )
+        assert "failed" not in proc.stderr, proc.stderr
+        by_cluster = _served(server, since)
+    jobs = setup["work"] / "jobs-after-change"
+    shutil.copytree(setup["serial"], jobs, symlinks=True)
+    _change_m1(jobs)
+    since = len(server.log())
+    jobs_env = run_env({"MLFLOW_TRACKING_URI": f"sqlite:///{setup['work'] / 'jobs-mlflow.db'}"})
+    run(["lfbench", "repro", "--jobs", "6", *SUMMHAY_TARGETS], jobs, jobs_env)
+    by_jobs = _served(server, since)
+    assert by_cluster and by_cluster == by_jobs  # the same requests, each once
+    assert _outputs(driver) == _outputs(jobs)
+    for rel in M1_FILES:
+        assert (driver / rel).read_bytes() == (jobs / rel).read_bytes(), rel
+        assert (driver / rel).read_bytes() != before[rel], rel
+    gens = (driver / M1_FILES[0]).read_text().splitlines()
+    assert len(gens) == 4  # 2 subtopics x 2 settings
+    sha = json.loads((driver / M1_FILES[1]).read_text())["entry_sha"]
+    assert sha != json.loads(before[M1_FILES[1]])["entry_sha"]
     status = run(["dvc", "status", *SUMMHAY_TARGETS], driver, env).stdout
     assert "Data and pipelines are up to date" in status
-    assert not _ran_in(driver)  # nothing ran in the driver's workspace
-    assert _ran_in(w1) and _ran_in(w2)  # both workers did some
-    served = _served(server, since)
-    assert served and max(served.values()) == 1
-    runs = _current_runs(env["MLFLOW_TRACKING_URI"])
-    assert runs and set(runs.values()) == {1}
-    # the aggregate on a worker read the stage digests the driver's dvc.lock had then
-    assert _lineage(env["MLFLOW_TRACKING_URI"]) == _lineage(setup["serial_uri"])
-    # the runs belong to the driver's workspace (it retires what it no longer produces)
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
-    exp = client.get_experiment_by_name("summhay")
-    owners = {
-        r.data.tags["lfbench.workspace"]
-        for r in client.search_runs([exp.experiment_id], "tags.`lfbench.current` = 'true'")
-    }
-    assert owners == {(driver / ".lfbench" / "workspace").read_text().strip()}
 
 
 def test_a_killed_worker_s_stage_is_retried_elsewhere_without_paying_twice(
