@@ -316,8 +316,9 @@ def test_the_image_lock_pins_what_the_host_lock_pins() -> None:
 
 # Imported by the host side only: the runner (docker), DVC, the team's stores.
 # `lfbench repro`'s driver and workers (Dask) run on the host, around the stages: not in the image
-# gguf: pipeline/testing/minilm_gguf.py writes a GGUF file on the host (tests, perf), never a stage
-HOST_ONLY_IMPORTS = {"docker", "dvc", "dvc_data", "s3fs", "distributed", "gguf"}
+# gguf: pipeline/testing/minilm_gguf.py writes a GGUF file on the host (tests, perf), never a
+# stage; dvc_data, pathspec: lfbench prune and the cluster driver, on the host
+HOST_ONLY_IMPORTS = {"docker", "dvc", "dvc_data", "pathspec", "s3fs", "distributed", "gguf"}
 # Removed from the image by the Dockerfile (unused models of jieba, the hub download backend).
 NOT_IN_IMAGE = ("jieba.posseg", "jieba.analyse", "jieba.lac_small", "paddle", "hf_xet")
 
