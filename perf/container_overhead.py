@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.tools import containers, image_store  # noqa: E402
+from pipeline.env import containers, image_store  # noqa: E402
 
 
 def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:

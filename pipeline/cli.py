@@ -265,7 +265,7 @@ def stage(ctx: click.Context) -> None:
     argv = ctx.meta.get("lfbench.stage_argv") or []
     if ctx.invoked_subcommand and "--help" not in argv:
         from pipeline.data.verify import data_paths, verify_data
-        from pipeline.tools.containers import write_stage_record
+        from pipeline.env.containers import write_stage_record
 
         # before anything is written: the raw data it reads must be the pinned bytes
         verify_data(Path.cwd(), data_paths(Path.cwd(), argv[1:]))
@@ -568,7 +568,7 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
     """Run a pipeline stage in the runtime params.yaml chooses (dvc.yaml calls this).
 
     ARGS are the stage's own options: `lfbench run STAGE --help` lists them."""
-    from pipeline.tools import containers
+    from pipeline.env import containers
 
     if any(a in HELP for a in args):
         stage.main(args=[stage_name, "--help"], prog_name="lfbench run", standalone_mode=False)
@@ -627,7 +627,7 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
     """Where this `dvc repro`'s stages run: decided (and said, or warned) by its first stage,
     remembered for the others."""
-    from pipeline.tools import containers
+    from pipeline.env import containers
 
     recipe = containers.read_recipe(root)
     memo = containers.remembered(root, recipe, requested)
@@ -641,7 +641,7 @@ def _runtime(root: Path, requested: str) -> tuple[dict[str, Any], Any]:
 
 
 def _decide(root: Path, recipe: dict[str, Any], requested: str) -> tuple[dict[str, Any], Any]:
-    from pipeline.tools import containers, image_store
+    from pipeline.env import containers, image_store
 
     client = containers.docker_client() if requested != "local" else None
     decision = containers.decide(
@@ -680,7 +680,7 @@ def image() -> None:
 def image_recipe(out: Path, params_path: Path) -> None:
     """Write the image's recipe: base reference and input hashes (no engine needed)."""
     from pipeline.core.io import write_json
-    from pipeline.tools import containers
+    from pipeline.env import containers
 
     params = load_params(params_path, [])
     rec = containers.recipe(Path.cwd(), params.image_base)
@@ -692,7 +692,7 @@ def _engine_and_recipe(params_path: Path = Path("params.yaml")) -> tuple[Any, di
     """The engine, and the image recipe of this workspace: computed from its files and params
     as the `image` stage computes it (a fresh clone has no build/image.json before `dvc repro
     image`; a stale one names another recipe, and says so)."""
-    from pipeline.tools import containers
+    from pipeline.env import containers
 
     client = containers.docker_client()
     if client is None:
@@ -721,7 +721,7 @@ def image_build(no_cache: bool) -> None:
 
     Built with buildah (reproducible), its id is recorded in build/image.refs.json (commit it):
     `lfbench image verify` rebuilds and compares."""
-    from pipeline.tools import containers, image_store
+    from pipeline.env import containers, image_store
 
     client, rec = _engine_and_recipe()
     root = Path.cwd()
@@ -743,7 +743,7 @@ def image_build(no_cache: bool) -> None:
 def image_verify() -> None:
     """Rebuild the recipe's image from scratch (buildah) and check that it has the id
     build/image.refs.json records and the id of the image here (pulled or built)."""
-    from pipeline.tools import image_store
+    from pipeline.env import image_store
 
     client, rec = _engine_and_recipe()
     checked = image_store.verify(Path.cwd(), rec, client=client)
@@ -760,7 +760,7 @@ def image_verify() -> None:
 def image_push(registry: str | None, to_dvc: bool, remote: str | None) -> None:
     """Send the recipe's image to a registry (pinned by digest in build/image.refs.json, which
     you commit) and/or to the DVC remote (an archive keyed by the recipe digest)."""
-    from pipeline.tools import image_store
+    from pipeline.env import image_store
 
     if not registry and not to_dvc:
         raise click.UsageError("say where: --registry HOST:PORT/REPO and/or --dvc")
@@ -776,7 +776,7 @@ def image_push(registry: str | None, to_dvc: bool, remote: str | None) -> None:
 @image.command("pull")
 def image_pull() -> None:
     """Fetch the recipe's image: from the registry its digest names, else the DVC remote."""
-    from pipeline.tools import containers, image_store
+    from pipeline.env import containers, image_store
 
     client, rec = _engine_and_recipe()
     found = containers.find_image(client, rec)
@@ -817,8 +817,8 @@ def check(params_path: Path, dvc_file: Path) -> None:
     and check that each stage of dvc.yaml depends on all the code it runs."""
     from pipeline.core import registry
     from pipeline.core.config import OpenAIJudge
+    from pipeline.env import deps
     from pipeline.stages.common import applies
-    from pipeline.tools import deps
 
     params = load_params(params_path)
     for name in params.benchmarks():
@@ -944,9 +944,9 @@ def repro(
 ) -> None:
     """`dvc repro [TARGETS]` with independent stages side by side: the same stages, the same
     dvc.lock and outputs, each stage as soon as the stages it depends on are done."""
-    from pipeline.tools.cluster import DRIVER_CONNECT_S
-    from pipeline.tools.parallel import failed_log_tail, run_repro, summary
-    from pipeline.tools.repro_view import LiveView
+    from pipeline.runner.cluster import DRIVER_CONNECT_S
+    from pipeline.runner.driver import failed_log_tail, run_repro, summary
+    from pipeline.runner.view import LiveView
 
     result = run_repro(
         Path.cwd(),
@@ -993,7 +993,7 @@ def worker(
 ) -> None:
     """A Dask worker for `lfbench repro --cluster SCHEDULER`: runs stages in its own clone,
     pulling what they read from the team's DVC remote and pushing what they make."""
-    from pipeline.tools.cluster import WORKER_CONNECT_S, serve
+    from pipeline.runner.cluster import WORKER_CONNECT_S, serve
 
     serve(scheduler, clone, jobs, name, connect_timeout or WORKER_CONNECT_S)
 
@@ -1010,7 +1010,7 @@ def prune(force: bool) -> None:
     params.yaml): their dvc.lock entries and their outputs in the workspace (they stay in the
     DVC cache). An output whose content is not in the cache is refused: nothing is pruned
     (--force saves it in the cache first). `lfbench repro` does it first."""
-    from pipeline.tools.parallel import prune_workspace
+    from pipeline.runner.driver import prune_workspace
 
     gone = prune_workspace(Path.cwd(), force=force)
     click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
@@ -1040,7 +1040,7 @@ def new_benchmark(
 ) -> None:
     """Start a benchmark package from pipeline/benchmarks/_template (a working toy benchmark),
     with its test file."""
-    from pipeline.tools.scaffold import create
+    from pipeline.authoring.scaffold import create
 
     params, dvc = (params_path, dvc_file) if wire else (None, None)
     for line in create(name, Path.cwd(), params, dvc, local_judge):
@@ -1198,7 +1198,7 @@ def team_up_command(
     bucket: str,
 ) -> None:
     """Start the team's tracking server and shared cache; write team.env and secrets.env."""
-    from pipeline.tools.team import SECRETS_ENV, TEAM_ENV, team_up
+    from pipeline.env.team import SECRETS_ENV, TEAM_ENV, team_up
 
     s = team_up(
         folder,
@@ -1226,7 +1226,7 @@ def team_up_command(
 @click.option("--dir", "folder", type=click.Path(path_type=Path), required=True)
 def team_down_command(folder: Path) -> None:
     """Stop the services `lfbench team up` started in --dir (their data stays)."""
-    from pipeline.tools.team import team_down
+    from pipeline.env.team import team_down
 
     team_down(folder)
     click.echo(f"stopped the team services of {folder}")
@@ -1247,7 +1247,7 @@ def ui(host: str, port: int) -> None:
             " open it in a browser (`lfbench ui` serves a database store)"
         )
     check_reachable(uri)
-    from pipeline.tools.ui import display_host, prepare_views
+    from pipeline.results.ui import display_host, prepare_views
 
     # Not MLflow's GenAI home page: each benchmark's current runs, its main metrics as columns
     # (a shared view MLflow reads from an experiment tag), and its charts, main metric first.
@@ -1330,7 +1330,7 @@ def compare(
     --judge, once for both runs or twice, A's then B's."""
     import json as _json
 
-    from pipeline.tools.compare import compare_runs, find_run, render_text
+    from pipeline.results.compare import compare_runs, find_run, render_text
 
     root = Path.cwd()
     chosen: dict[str, list[str]] = {}
@@ -1366,7 +1366,7 @@ def compare(
 @params_option
 def report(out: Path, params_path: Path) -> None:
     """One self-contained HTML (and markdown) report of the results in metrics/*.json."""
-    from pipeline.tools.report import build_report
+    from pipeline.results.report import build_report
 
     html_path, md_path = build_report(Path.cwd(), out, params_path)
     click.echo(f"wrote {html_path} and {md_path}")
@@ -1403,8 +1403,8 @@ def audit_sample(
     """Draw n of a run's verdicts for a person to label: MLflow traces linked to the run and
     audits/<sample>.csv; the sample is audits/<sample>.json."""
     from pipeline.core import registry
-    from pipeline.tools.audit import make_sample
-    from pipeline.tools.compare import find_run
+    from pipeline.results.audit import make_sample
+    from pipeline.results.compare import find_run
 
     root = Path.cwd()
     bench = registry.get(benchmark)
@@ -1457,7 +1457,7 @@ def audit_score(
 ) -> None:
     """Kappa of the judge against the person and the prediction-powered score, per run,
     logged on the run (audit.*) and written to audits/<sample>.score.json."""
-    from pipeline.tools.audit import load_sample, render, score_released, score_sample
+    from pipeline.results.audit import load_sample, render, score_released, score_sample
 
     root = Path.cwd()
     if not samples and released is None:
@@ -1531,7 +1531,7 @@ def bench() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_llm(n_requests: int, concurrency: int, latency_ms: float, as_json: bool) -> None:
     """Throughput of the LLM client against the local test server (ideal = C / latency)."""
-    from pipeline.tools.llm_bench import render, run_llm_bench
+    from pipeline.authoring.llm_bench import render, run_llm_bench
 
     out = run_llm_bench(n_requests, concurrency, latency_ms)
     click.echo(json.dumps(out) if as_json else "\n".join(render(out)))

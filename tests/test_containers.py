@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.core.config import Params
 from pipeline.core.errors import LfbenchError
-from pipeline.tools import containers as c
+from pipeline.env import containers as c
 from tests.conftest import ROOT, run
 
 RECIPE = {"recipe": "ab" * 32, "tag": "lfbench:" + "ab" * 6}

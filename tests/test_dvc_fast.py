@@ -1,4 +1,4 @@
-"""A cluster worker's shortcuts through DVC's own steps (pipeline/tools/dvc_fast.py): they must
+"""A cluster worker's shortcuts through DVC's own steps (pipeline/dvc_internals.py): they must
 not change what DVC computes, only how often it parses the same text or opens the same remote."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def counting_parser() -> tuple[Any, list[tuple[str, str]]]:
 def test_the_same_yaml_text_is_parsed_once_and_each_caller_gets_its_own_copy() -> None:
     from dvc.utils.serialize import YAMLFileCorruptedError
 
-    from pipeline.tools.dvc_fast import _memoized
+    from pipeline.dvc_internals import _memoized
 
     parse, calls = counting_parser()
     memo = _memoized(parse)
@@ -63,7 +63,7 @@ def test_dvc_with_the_memo_sees_the_pipeline_as_dvc_alone_does(
     from dvc.utils import strictyaml
     from dvc.utils.serialize import _yaml
 
-    from pipeline.tools import dvc_fast
+    from pipeline import dvc_internals
 
     proj = dvc_workspace(tmp_path / "p")
     stages = {
@@ -97,9 +97,9 @@ def test_dvc_with_the_memo_sees_the_pipeline_as_dvc_alone_does(
         return [Path(p).name for p, _ in calls].count("params.yaml")
 
     assert params_parses() >= 4  # DVC alone: at least once per stage
-    monkeypatch.setattr(dvc_fast, "_installed", False)
-    dvc_fast._parsed.clear()
-    dvc_fast.memo_yaml()
+    monkeypatch.setattr(dvc_internals, "_installed", False)
+    dvc_internals._parsed.clear()
+    dvc_internals.memo_yaml()
     assert _yaml.parse_yaml is strictyaml.parse_yaml is not parse  # both of DVC's lookups
     assert params_parses() == 1
 
@@ -107,7 +107,7 @@ def test_dvc_with_the_memo_sees_the_pipeline_as_dvc_alone_does(
 def test_a_repository_opens_each_remote_once(tmp_path: Path) -> None:
     from dvc.repo import Repo
 
-    from pipeline.tools.dvc_fast import one_remote_session
+    from pipeline.dvc_internals import one_remote_session
 
     proj = dvc_workspace(tmp_path / "p", tmp_path / "remote")
     with Repo(str(proj)) as repo, Repo(str(proj)) as other:

@@ -287,7 +287,7 @@ def test_a_cluster_worker_pulls_every_output_its_stage_reads() -> None:
     that had not run the judges found no judgements)."""
     from dvc.repo import Repo
 
-    from pipeline.tools.cluster import _owners
+    from pipeline.runner.cluster import _owners
     from tests.conftest import ROOT
 
     repo = Repo(str(ROOT))
@@ -312,7 +312,7 @@ def test_a_worker_moves_only_its_stage_s_run_cache_entry(
     clone that pulled it restores the stage without running it."""
     from dvc.repo import Repo, lock_repo
 
-    from pipeline.tools.cluster import pull_run_cache, push_run_cache
+    from pipeline.runner.cluster import pull_run_cache, push_run_cache
 
     src = toy(tmp_path / "src", diamond())
     remote = tmp_path / "remote"
@@ -356,7 +356,7 @@ def test_stages_more_stages_wait_on_go_first(tmp_path: Path) -> None:
     """With one slot, of the stages ready at once the one with more stages downstream starts
     first: a (b, c and d wait on it) before e (nothing waits on it), though e comes first in
     dvc.yaml."""
-    from pipeline.tools.parallel import StageState, _count_downstream
+    from pipeline.runner.driver import StageState, _count_downstream
 
     states = {
         n: StageState(n, i, up, 1)
@@ -380,8 +380,8 @@ def test_a_worker_runs_an_unchanged_stage_again_when_forced(
 ) -> None:
     """`lfbench repro -f --cluster`: the worker runs the stage as `dvc repro -f` would, though
     it is unchanged and its result is in the run cache (without -f it says unchanged)."""
-    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.runner.task import TaskSpec
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
     run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
@@ -412,7 +412,7 @@ def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
     """An aggregate reads its judges' dvc.lock entries (each MLflow run's stage digests): a
     stage must start only once its upstream's entries are in dvc.lock, as under a serial run,
     however long the driver takes to write the file (slowed here to make any race certain)."""
-    from pipeline.tools import parallel
+    from pipeline.runner import driver
 
     pipeline = diamond()
     pipeline["stages"]["f"] = {
@@ -426,15 +426,15 @@ def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
         "stages = yaml.safe_load(open('dvc.lock'))['stages']\n"
         "json.dump(sorted(stages), open('out/f.json', 'w'))\n"
     )
-    real = parallel.DvcSide._dump_lock
+    real = driver.DvcSide._dump_lock
 
     def slow(self: Any, data: Any, path: Path | None = None) -> None:
         time.sleep(1.5)
         real(self, data, path)
 
-    monkeypatch.setattr(parallel.DvcSide, "_dump_lock", slow)
+    monkeypatch.setattr(driver.DvcSide, "_dump_lock", slow)
     monkeypatch.chdir(proj)
-    result = parallel.Repro(proj, ["f"], jobs=2).run()
+    result = driver.Repro(proj, ["f"], jobs=2).run()
     assert result.ok
     assert "a" in json.loads((proj / "out/f.json").read_text())
 
@@ -485,7 +485,7 @@ def test_a_stage_reading_dvc_lock_never_sees_the_driver_s_write_half_done(tmp_pa
     `dump_yaml` rewrote it in place, and an aggregate failed on `yaml.scanner.ScannerError`)."""
     from dvc.repo import Repo
 
-    from pipeline.tools.parallel import DvcSide
+    from pipeline.runner.driver import DvcSide
 
     proj = toy(tmp_path / "p", diamond())
     lock = _big_lock(150)
@@ -522,8 +522,8 @@ def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_pla
     params.yaml, dvc.yaml, uncached inputs) into the clone must not rewrite a file another
     stage is reading. A reader holding the old file keeps reading it whole; the path holds the
     new bytes (a file already holding the same bytes is not written at all)."""
-    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.runner.task import TaskSpec
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
     run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
@@ -569,8 +569,8 @@ def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outp
     entry, the old outputs, as the cached result of the new params). Back to first: 4 with the
     run-cache entry only on the team's remote: restored from it, the 4 items, not run."""
     from pipeline.core.io import file_digest
-    from pipeline.tools.cluster import ENV_CLONE, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import ENV_CLONE, identity, run_in_clone
+    from pipeline.runner.task import TaskSpec
 
     pipeline = {
         "stages": {
@@ -631,8 +631,8 @@ def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
     and the driver's dvc.lock recorded it as the commit's). What a repro itself changes is not
     an edit: the files the driver sends, outputs, DVC's own lines in a .gitignore, a file
     touched but unchanged."""
-    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
+    from pipeline.runner.task import TaskSpec
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
     run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.tools import containers
+from pipeline.env import containers
 from tests.conftest import ROOT, SUMMHAY_TARGETS, run, slice_crud_rag, slice_crux
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -311,7 +311,7 @@ def test_a_cold_rebuild_gives_the_same_image_id(
     run). A record of another id is refused naming both ids; a record made on another base is
     refused before any build."""
     from pipeline.core.errors import LfbenchError
-    from pipeline.tools import image_store
+    from pipeline.env import image_store
 
     if containers.image_builder() != "buildah":
         pytest.skip("buildah is not installed: Docker's classic builder is not reproducible")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.tools import containers, image_store
+from pipeline.env import containers, image_store
 from tests.conftest import ROOT, run
 from tests.e2e.test_docker import _base_image, engine, image  # noqa: F401 - fixtures
 

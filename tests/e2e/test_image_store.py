@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pipeline.core.errors import LfbenchError
-from pipeline.tools import containers, image_store
+from pipeline.env import containers, image_store
 from tests.conftest import ROOT, dvc_workspace, run
 
 pytestmark = [pytest.mark.docker]

@@ -616,7 +616,7 @@ def build_image(
     if found is None:
         raise LfbenchError(f"the build of {tag} left no image labelled with recipe {rec['recipe']}")
     if builder == "buildah":
-        from pipeline.tools.image_store import warn_if_unexpected
+        from pipeline.env.image_store import warn_if_unexpected
 
         warn_if_unexpected(root, rec, found, "the build", client=client)
     return found

@@ -42,8 +42,8 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_if_changed
-from pipeline.tools.dvc_fast import memo_yaml, one_remote_session
-from pipeline.tools.stage_task import TaskResult, TaskSpec, log_path, run_commands
+from pipeline.dvc_internals import memo_yaml, one_remote_session
+from pipeline.runner.task import TaskResult, TaskSpec, log_path, run_commands
 
 logger = logging.getLogger(__name__)
 ENV_CLONE = "LFBENCH_WORKER_CLONE"

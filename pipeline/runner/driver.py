@@ -11,7 +11,7 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
   dvc/stage/__init__.py): the plan (`plan_repro`: the same stages, in the same order), whether
   a stage changed once its upstream stages are done, the run-cache restore, removing its
   outputs, saving and committing them, its dvc.lock entry. Only the stage's command runs
-  elsewhere (pipeline/tools/stage_task.py).
+  elsewhere (pipeline/runner/task.py).
 - **Byte for byte.** Every output and every dvc.lock entry is what `dvc repro` writes. A
   stage's entry is written as soon as it is done (an aggregate reads its upstream stages'
   entries for its MLflow lineage, as under `dvc repro`); existing entries are updated in place,
@@ -52,8 +52,8 @@ from typing import Any
 
 from pipeline.core.errors import ConfigError, LfbenchError
 from pipeline.core.io import atomic_write_text, write_if_changed
-from pipeline.stages.tracking import workspace_id
-from pipeline.tools.cluster import (
+from pipeline.env.containers import forget
+from pipeline.runner.cluster import (
     DRIVER_CONNECT_S,
     SHIPPED,
     check_address,
@@ -62,8 +62,7 @@ from pipeline.tools.cluster import (
     shown,
     uncommitted,
 )
-from pipeline.tools.containers import forget
-from pipeline.tools.stage_task import (
+from pipeline.runner.task import (
     TaskResult,
     TaskSpec,
     abandon_event,
@@ -71,6 +70,7 @@ from pipeline.tools.stage_task import (
     run_stage,
     stop_event,
 )
+from pipeline.stages.tracking import workspace_id
 
 log = logging.getLogger(__name__)
 
@@ -530,7 +530,7 @@ class Repro:
         for name in ("distributed", "tornado"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
         if self.cluster:
-            from pipeline.tools.cluster import check_workers, connect_client, identity
+            from pipeline.runner.cluster import check_workers, connect_client, identity
 
             client = stack.enter_context(connect_client(self.cluster, self.connect_timeout))
             check_workers(client, identity(self.root), shared_cache=self.shared_cache)

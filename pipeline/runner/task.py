@@ -1,6 +1,6 @@
 """One stage of `lfbench repro --jobs`, as a Dask task: run its command, report, stop on demand.
 
-The driver (`pipeline/tools/parallel.py`) decides what runs and does every DVC step itself;
+The driver (`pipeline/runner/driver.py`) decides what runs and does every DVC step itself;
 a task only runs a stage's command, the way `dvc repro` runs it (the user's shell with
 `--noprofile --norc -c`, `DVC_ROOT` and `DVC_STAGE` set), with its output in a log file, and
 returns its exit status. While it runs, the task
@@ -15,7 +15,7 @@ returns its exit status. While it runs, the task
   mid-stage leaves no orphan sending requests while Dask retries the stage elsewhere.
 
 On a cluster (`lfbench worker`), the task first brings the worker's own clone to the driver's
-state (`pipeline/tools/cluster.py`), runs the stage there under DVC, pushes its outputs and
+state (`pipeline/runner/cluster.py`), runs the stage there under DVC, pushes its outputs and
 run-cache entry to the team's remote, and returns its dvc.lock entry.
 """
 
@@ -202,7 +202,7 @@ def run_stage(spec: TaskSpec) -> TaskResult:
     started = time.monotonic()
     host = socket.gethostname()
     if spec.cluster:
-        from pipeline.tools.cluster import run_in_clone
+        from pipeline.runner.cluster import run_in_clone
 
         return run_in_clone(spec, host, started)
     assert spec.cwd is not None

@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_json
-from pipeline.tools.containers import (
+from pipeline.env.containers import (
     ENV_IMAGE_PULL,
     RECIPE_LABEL,
     build_image,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.tools.parallel import (
+from pipeline.runner.driver import (
     DONE,
     FAILED,
     RESTORED,
