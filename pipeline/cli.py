@@ -890,9 +890,7 @@ def plan(
     from pipeline.stages.plan import dvc_dry_run, plan_project, render
 
     if dry:
-        code = dvc_dry_run(Path.cwd(), targets)
-        if code:
-            raise LfbenchError(f"dvc repro --dry failed (exit status {code})")
+        dvc_dry_run(Path.cwd(), targets)
         return
     result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
     if as_json:
@@ -1010,7 +1008,7 @@ def prune(force: bool) -> None:
     params.yaml): their dvc.lock entries and their outputs in the workspace (they stay in the
     DVC cache). An output whose content is not in the cache is refused: nothing is pruned
     (--force saves it in the cache first). `lfbench repro` does it first."""
-    from pipeline.runner.driver import prune_workspace
+    from pipeline.runner.prune import prune_workspace
 
     gone = prune_workspace(Path.cwd(), force=force)
     click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))

@@ -110,14 +110,9 @@ def _adopt(client: Any, image: Any, rec: Mapping[str, Any], source: str) -> str 
 
 def _dvc_remote(root: Path, remote: str | None) -> tuple[Any, str]:
     """DVC's filesystem for the remote and the archive folder's path on it."""
-    from dvc.repo import Repo
+    from pipeline import dvc_internals as dvc
 
-    repo = Repo(str(root))
-    try:
-        r = repo.cloud.get_remote(name=remote)
-    except Exception as e:
-        raise LfbenchError(f"DVC remote {remote or '(default)'}: {e}") from e
-    return r.fs, r.fs.join(r.path, DVC_FOLDER)
+    return dvc.remote_folder(root, remote, DVC_FOLDER)
 
 
 def push_dvc(

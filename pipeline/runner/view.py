@@ -16,14 +16,13 @@ from typing import Any
 from pipeline.runner.driver import (
     DONE,
     FAILED,
-    RESTORED,
     RUNNING,
     SKIPPED,
     STOPPED,
-    UNCHANGED,
     WAITING,
     StageState,
 )
+from pipeline.runner.steps import RESTORED, UNCHANGED
 
 STYLE = {
     RUNNING: "bold cyan",
