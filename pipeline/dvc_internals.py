@@ -290,9 +290,10 @@ def plan(repo: Any, targets: Sequence[str]) -> tuple[list[Any], dict[str, list[s
 
 
 def status(repo: Any, targets: Sequence[str] = ()) -> dict[str, Any]:
-    """`dvc status [TARGETS]`: the changed stages of the targets, by name."""
+    """`dvc status --with-deps [TARGETS]`: the changed stages among the targets and every stage
+    they depend on (what `dvc repro TARGETS` checks and runs), by name."""
     try:
-        return dict(repo.status(targets=list(targets) or None))
+        return dict(repo.status(targets=list(targets) or None, with_deps=True))
     except NoOutputOrStageError as e:
         raise UnknownTarget(str(e)) from e
     except LockError as e:

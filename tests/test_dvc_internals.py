@@ -481,13 +481,16 @@ def test_the_stage_fields_lfbench_reads_are_dvc_yaml_s(
 def test_status_names_changed_stages_and_an_unknown_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Repo.status, NoOutputOrStageError: the changed stages by name; a target that names
-    nothing is `UnknownTarget`."""
+    """Repo.status (with_deps), NoOutputOrStageError: the changed stages by name, a target's
+    upstream ones with it; a target that names nothing is `UnknownTarget`."""
     proj = toy(tmp_path / "p", diamond())
-    run(["dvc", "repro", "a", "e"], proj)
     monkeypatch.chdir(proj)
     with dvc.open_repo(proj) as repo:
+        assert set(dvc.status(repo, ["c"])) == set("ac")
+    run(["dvc", "repro", "a", "e"], proj)
+    with dvc.open_repo(proj) as repo:
         assert set(dvc.status(repo)) == set("bcd")
+        assert set(dvc.status(repo, ["d"])) == set("bcd")
         assert set(dvc.status(repo, ["e"])) == set()
         with pytest.raises(dvc.UnknownTarget):
             dvc.status(repo, ["nosuchstage"])

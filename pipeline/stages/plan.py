@@ -794,8 +794,8 @@ def context_fit(root: Path, params: Params) -> list[str]:
 
 
 def changed_stages(root: Path, targets: Sequence[str] = ()) -> list[StageCmd]:
-    """The stages `dvc status` reports changed (what `dvc repro` runs first), in dvc.yaml's
-    order, with their commands."""
+    """The stages `dvc status` reports changed among the targets and the stages they depend on
+    (what `dvc repro TARGETS` runs first), in dvc.yaml's order, with their commands."""
     from pipeline import dvc_internals as dvc
 
     try:
