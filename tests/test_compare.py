@@ -294,3 +294,28 @@ def test_both_systems_are_shown_on_the_shared_items(store: dict[str, str]) -> No
         (5.0, 10.0, 10.857142857142858, 10.0)
     )
     assert "p_value" not in cov and "too few" in res["note"]
+
+
+def test_the_benchmark_s_main_metric_comes_first(store: dict[str, str]) -> None:
+    """The paired table lists the benchmark's metrics in its declared order, its main one first
+    (SummHay: joint, coverage, citation, ...), then the others; the whole runs' other metrics
+    follow the same order. Before: alphabetical (citation, coverage, joint)."""
+    from pipeline.core import registry
+
+    declared = [m.name for m in registry.get("summhay").metrics]
+    other = "lead / bm25 / local / news / released / paper"
+    done = _cli([store[LEAD], store[other], "--resamples", "1000"])
+    assert done.exit_code == 0, done.output
+    table = done.output[done.output.index("  metric") :].splitlines()[1:]
+    listed = [line.split()[0] for line in table if line.startswith("  ") and line.split()]
+    listed = [m for m in listed if m in declared]
+    assert listed[:3] == ["joint", "coverage", "citation"], done.output
+    assert listed == [m for m in declared if m in listed]
+    from pathlib import Path
+
+    from pipeline.results.compare import compare_runs
+
+    names = list(compare_runs(Path.cwd(), store[LEAD], store[other], resamples=1000)["metrics"])
+    assert names[:3] == ["joint", "coverage", "citation"], names
+    rest = [n for n in names if n not in declared]
+    assert rest == sorted(rest) and names == [n for n in declared if n in names] + rest
