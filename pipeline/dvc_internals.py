@@ -160,7 +160,7 @@ class _ParamsOnce:
 
     def __call__(self, flatten: bool = True, **kwargs: Any) -> Any:
         dep = self.dep
-        read = ParamsDependency.read_params.__get__(dep)
+        read = type(dep).read_params.__get__(dep)
         text = _digest(Path(dep.fs_path))
         if text is None or kwargs:
             return read(flatten=flatten, **kwargs)
