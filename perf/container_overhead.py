@@ -33,7 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.tools import containers, image_store  # noqa: E402
+from pipeline.env import containers, image_store  # noqa: E402
+from pipeline.env import image as img  # noqa: E402
 
 
 def _median(fn: Callable[[], object], repeat: int) -> dict[str, float]:
@@ -63,14 +64,14 @@ def _keep(client: Any, image_id: str) -> None:
 def _cold_pair(ctx: Path, rec: dict[str, Any], client: Any, n: int = 2) -> dict[str, Any]:
     ids, layers, times = [], [], []
     for _ in range(n):
-        t, image_id = _timed(lambda: containers.build_image(ctx, rec, client=client, nocache=True))
+        t, image_id = _timed(lambda: img.build_image(ctx, rec, client=client, nocache=True))
         times.append(t)
         ids.append(image_id)
         layers.append(client.images.get(image_id).attrs["RootFS"]["Layers"])
         _keep(client, image_id)
     differ = sum(1 for a, b in zip(layers[0], layers[-1], strict=False) if a != b)
     return {
-        "builder": containers.image_builder(),
+        "builder": img.image_builder(),
         "build_cold_s": times,
         "cold_builds_same_id": len(set(ids)) == 1 and n > 1,
         "layers": len(layers[0]),
@@ -175,23 +176,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ctx = Path(tmp) / "ctx"
         ctx.mkdir()
-        for name in containers.RECIPE_FILES:
+        for name in img.RECIPE_FILES:
             shutil.copy2(ROOT / name, ctx / name)
-        rec = containers.recipe(ctx, args.base)
+        rec = img.recipe(ctx, args.base)
         result["recipe"] = rec["tag"]
-        containers.wheelhouse(containers.lock_files(ctx))  # download once, outside the timings
+        img.wheelhouse(img.lock_files(ctx))  # download once, outside the timings
         if not args.skip_cold:
             result.update(_cold_pair(ctx, rec, client, args.cold))
             print(json.dumps(result), file=sys.stderr, flush=True)
-        image = containers.find_image(client, rec) or containers.build_image(
-            ctx, rec, client=client
-        )
+        image = img.find_image(client, rec) or img.build_image(ctx, rec, client=client)
         result["ensure_present_s"], _ = _timed(
-            lambda: containers.ensure_image(ctx, rec, client=client)
+            lambda: image_store.ensure_image(ctx, rec, client=client)
         )
-        result["build_cached_s"], again = _timed(
-            lambda: containers.build_image(ctx, rec, client=client)
-        )
+        result["build_cached_s"], again = _timed(lambda: img.build_image(ctx, rec, client=client))
         result["build_cached_same_id"] = again == image
         result["image_id"] = image
         result["image_mb"] = round(client.images.get(image).attrs["Size"] / 1e6, 1)

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.tools.llm_bench import run_llm_bench  # noqa: E402
+from pipeline.authoring.llm_bench import run_llm_bench  # noqa: E402
 
 
 def main() -> None:

@@ -143,7 +143,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stage-deps-skip-function-level-imports",
-        "pipeline/tools/deps.py",
+        "pipeline/env/deps.py",
         "    nodes: Iterable[ast.AST] = tree.body if top_level_only else ast.walk(tree)\n",
         "    nodes: Iterable[ast.AST] = tree.body\n",
         "tests/test_deps.py",

@@ -292,7 +292,7 @@ def postgres() -> Any:
     import socket
     import tempfile
 
-    from pipeline.tools.team import Postgres
+    from pipeline.env.team import Postgres
 
     root = Path(tempfile.mkdtemp(prefix="lfbench-pg-"))
     root.chmod(0o755)  # the server runs as `postgres` when the tests run as root

@@ -14,7 +14,10 @@ from pipeline.cli import STAGES, cli
 def _paths(cmd: click.Command, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     out = [path]
     if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):  # the rooms' commands, loaded as a user calls them
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, name
             out += _paths(sub, (*path, name))
     return out
 
@@ -59,14 +62,16 @@ def test_run_stage_help_is_the_stages_help(
 
 
 def _outputs() -> list[tuple[tuple[str, ...], str]]:
-    from pipeline.cli import OutputFile
+    from pipeline.core.options import OutputFile
 
     found = []
     for path in PATHS:
         cmd: click.Command = cli
         for name in path:
             assert isinstance(cmd, click.Group)
-            cmd = cmd.commands[name]
+            sub = cmd.get_command(click.Context(cmd), name)
+            assert sub is not None, name
+            cmd = sub
         found += [
             (path, p.opts[0])
             for p in cmd.params

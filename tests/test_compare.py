@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pipeline.core.results import ItemScore, Metric, item_record, pool
-from pipeline.tools.compare import bootstrap_declared
+from pipeline.results.compare import bootstrap_declared
 
 RATIO = Metric("cov", pool="ratio", scale=100.0)
 MEAN = Metric("m")
@@ -81,8 +81,8 @@ def test_a_run_is_found_by_its_entry_or_by_the_run_name_the_error_suggests(
     from mlflow.tracking import MlflowClient
 
     from pipeline.core.errors import LfbenchError
+    from pipeline.results.compare import find_run
     from pipeline.stages.tracking import CURRENT, tracking_uri
-    from pipeline.tools.compare import find_run
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     client = MlflowClient(tracking_uri(tmp_path))
@@ -183,7 +183,7 @@ def test_runs_of_two_benchmarks_are_refused(store: dict[str, str]) -> None:
     from pathlib import Path
 
     from pipeline.core.errors import LfbenchError
-    from pipeline.tools.compare import compare_runs
+    from pipeline.results.compare import compare_runs
 
     with pytest.raises(LfbenchError, match="two benchmarks: summhay and crux"):
         compare_runs(Path.cwd(), store[LEAD], store[f"crux: {LEAD}"])
@@ -214,7 +214,7 @@ def test_the_api_refuses_them_too(store: dict[str, str]) -> None:
     from pathlib import Path
 
     from pipeline.core.errors import LfbenchError
-    from pipeline.tools.compare import compare_runs
+    from pipeline.results.compare import compare_runs
 
     other = store["lead / bm25 / local / news / released / paper"]
     with pytest.raises(LfbenchError, match="at least 1000 resamples"):
@@ -226,7 +226,7 @@ def test_the_api_refuses_them_too(store: dict[str, str]) -> None:
 def test_interval_bounds_are_not_compared_as_metrics(store: dict[str, str]) -> None:
     from pathlib import Path
 
-    from pipeline.tools.compare import compare_runs
+    from pipeline.results.compare import compare_runs
 
     res = compare_runs(Path.cwd(), store[LEAD], store["lead / bm25 / local / news / released / "
                                                       "paper"], resamples=1000)  # fmt: skip
@@ -241,7 +241,7 @@ def test_a_benchmarks_group_keys_name_the_runs(store: dict[str, str]) -> None:
     from pathlib import Path
 
     from pipeline.core.errors import LfbenchError
-    from pipeline.tools.compare import find_run
+    from pipeline.results.compare import find_run
 
     root = Path.cwd()
     with pytest.raises(LfbenchError) as err:
@@ -294,3 +294,28 @@ def test_both_systems_are_shown_on_the_shared_items(store: dict[str, str]) -> No
         (5.0, 10.0, 10.857142857142858, 10.0)
     )
     assert "p_value" not in cov and "too few" in res["note"]
+
+
+def test_the_benchmark_s_main_metric_comes_first(store: dict[str, str]) -> None:
+    """The paired table lists the benchmark's metrics in its declared order, its main one first
+    (SummHay: joint, coverage, citation, ...), then the others; the whole runs' other metrics
+    follow the same order. Before: alphabetical (citation, coverage, joint)."""
+    from pipeline.core import registry
+
+    declared = [m.name for m in registry.get("summhay").metrics]
+    other = "lead / bm25 / local / news / released / paper"
+    done = _cli([store[LEAD], store[other], "--resamples", "1000"])
+    assert done.exit_code == 0, done.output
+    table = done.output[done.output.index("  metric") :].splitlines()[1:]
+    listed = [line.split()[0] for line in table if line.startswith("  ") and line.split()]
+    listed = [m for m in listed if m in declared]
+    assert listed[:3] == ["joint", "coverage", "citation"], done.output
+    assert listed == [m for m in declared if m in listed]
+    from pathlib import Path
+
+    from pipeline.results.compare import compare_runs
+
+    names = list(compare_runs(Path.cwd(), store[LEAD], store[other], resamples=1000)["metrics"])
+    assert names[:3] == ["joint", "coverage", "citation"], names
+    rest = [n for n in names if n not in declared]
+    assert rest == sorted(rest) and names == [n for n in declared if n in names] + rest

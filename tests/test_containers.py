@@ -13,7 +13,9 @@ import pytest
 
 from pipeline.core.config import Params
 from pipeline.core.errors import LfbenchError
-from pipeline.tools import containers as c
+from pipeline.env import containers as c
+from pipeline.env import image as img
+from pipeline.stages import record
 from tests.conftest import ROOT, run
 
 RECIPE = {"recipe": "ab" * 32, "tag": "lfbench:" + "ab" * 6}
@@ -174,22 +176,22 @@ HOST_MOUNTINFO = """\
 
 
 def test_container_id_from_mountinfo_and_cgroup() -> None:
-    assert c.container_id_from(MOUNTINFO) == CID
-    assert c.container_id_from(HOST_MOUNTINFO) is None
-    assert c.container_id_from(f"0::/docker/{CID}\n") == CID
-    assert c.container_id_from(f"0::/system.slice/docker-{CID}.scope\n") == CID
-    assert c.container_id_from("0::/user.slice/user-1000.slice\n") is None
+    assert record.container_id_from(MOUNTINFO) == CID
+    assert record.container_id_from(HOST_MOUNTINFO) is None
+    assert record.container_id_from(f"0::/docker/{CID}\n") == CID
+    assert record.container_id_from(f"0::/system.slice/docker-{CID}.scope\n") == CID
+    assert record.container_id_from("0::/user.slice/user-1000.slice\n") is None
 
 
 def test_stage_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LFBENCH_RUNTIME", "local")
     monkeypatch.delenv("LFBENCH_IMAGE_DIGEST", raising=False)
     args = ["--benchmark", "summhay", "--out", "x.jsonl"]
-    path = c.write_stage_record(tmp_path, "construct", args)
+    path = record.write_stage_record(tmp_path, "construct", args)
     assert path.parent == tmp_path / ".lfbench" / "stages"
     assert path.name.startswith("construct-") and len(path.stem) == len("construct-") + 8
-    assert path == c.stage_record_path(tmp_path, "construct", args)
-    assert path != c.stage_record_path(tmp_path, "construct", [*args, "--params", "p.yaml"])
+    assert path == record.stage_record_path(tmp_path, "construct", args)
+    assert path != record.stage_record_path(tmp_path, "construct", [*args, "--params", "p.yaml"])
     rec = json.loads(path.read_text())
     assert rec["runtime"] == "local" and rec["image_digest"] is None
     assert rec["python"] == sys.executable and rec["args"] == args
@@ -197,7 +199,7 @@ def test_stage_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _project(tmp_path: Path) -> Path:
-    for name in ("params.yaml", *c.RECIPE_FILES):
+    for name in ("params.yaml", *img.RECIPE_FILES):
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
     return tmp_path
 
@@ -213,29 +215,29 @@ def test_the_recipe_is_input_addressed(tmp_path: Path) -> None:
         out.append((proj / f"image{i}.json").read_bytes())
     assert out[0] == out[1]
     rec = json.loads(out[0])
-    assert rec == c.recipe(proj) == c.recipe(ROOT)
-    assert rec["base_image"] == c.default_base_image(ROOT / "Dockerfile")
+    assert rec == img.recipe(proj) == img.recipe(ROOT)
+    assert rec["base_image"] == img.default_base_image(ROOT / "Dockerfile")
     assert rec["tag"] == f"lfbench:{rec['recipe'][:12]}" and "image_id" not in rec
     want = {"Dockerfile", ".dockerignore", "requirements-image.lock", "requirements-nodeps.lock"}
-    assert set(rec["files"]) == set(c.RECIPE_FILES) == want
+    assert set(rec["files"]) == set(img.RECIPE_FILES) == want
     (proj / "README.md").write_text("not an input\n")
-    assert c.recipe(proj) == rec
-    seen = {rec["recipe"], c.recipe(proj, "lfbench-base:bookworm")["recipe"]}
-    for name in c.RECIPE_FILES:
+    assert img.recipe(proj) == rec
+    seen = {rec["recipe"], img.recipe(proj, "lfbench-base:bookworm")["recipe"]}
+    for name in img.RECIPE_FILES:
         with (proj / name).open("a") as f:
             f.write("# changed\n")
-        seen.add(c.recipe(proj)["recipe"])
-    assert len(seen) == 2 + len(c.RECIPE_FILES)
+        seen.add(img.recipe(proj)["recipe"])
+    assert len(seen) == 2 + len(img.RECIPE_FILES)
 
 
 def test_a_stale_or_old_recipe_is_refused(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     with pytest.raises(LfbenchError, match="missing: run `dvc repro image`"):
-        c.read_recipe(proj)
+        img.read_recipe(proj)
     (proj / "build").mkdir()
     (proj / "build" / "image.json").write_text('{"runtime": "local", "image_id": null}')
     with pytest.raises(LfbenchError, match="not an image recipe of version 2"):
-        c.read_recipe(proj)
+        img.read_recipe(proj)
 
 
 def test_auto_without_engine_runs_locally_with_one_warning(tmp_path: Path) -> None:
@@ -250,8 +252,8 @@ def test_auto_without_engine_runs_locally_with_one_warning(tmp_path: Path) -> No
 def _runtime_in(proj: Path, env: dict[str, str]) -> tuple[dict[str, Any], str]:
     code = (
         "import json, logging, sys; logging.basicConfig(level=logging.WARNING);"
-        "from pathlib import Path; from pipeline.cli import _runtime;"
-        "d1, _ = _runtime(Path.cwd(), 'auto'); d2, _ = _runtime(Path.cwd(), 'auto');"
+        "from pathlib import Path; from pipeline.env.runtime import runtime;"
+        "d1, _ = runtime(Path.cwd(), 'auto'); d2, _ = runtime(Path.cwd(), 'auto');"
         "assert d1 == d2, (d1, d2); print(json.dumps(d1))"
     )
     proc = run([sys.executable, "-c", code], proj, env)
@@ -270,13 +272,13 @@ def test_wheelhouse_check_names_missing_entries(tmp_path: Path) -> None:
     wh.mkdir()
     (wh / "click-8.5.1-py3-none-any.whl").write_bytes(b"")
     with pytest.raises(LfbenchError, match=r"lacks antlr4-python3-runtime==4\.9\.3"):
-        c.check_wheelhouse(lock, wh)
+        img.check_wheelhouse(lock, wh)
     (wh / "antlr4-python3-runtime-4.9.3.tar.gz").write_bytes(b"")
-    c.check_wheelhouse(lock, wh)  # pywin32 is for Windows only
+    img.check_wheelhouse(lock, wh)  # pywin32 is for Windows only
 
 
 def test_default_base_is_pinned_by_digest() -> None:
-    base = c.default_base_image(ROOT / "Dockerfile")
+    base = img.default_base_image(ROOT / "Dockerfile")
     assert base.startswith("python:3.11-slim-bookworm@sha256:")
     assert len(base.split("@sha256:")[1]) == 64
 
@@ -304,13 +306,13 @@ def _lock_pins(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
 def test_the_image_lock_pins_what_the_host_lock_pins() -> None:
     """The image installs the host's versions and files (same pins, same hashes), so a stage
     computes the same bytes in it as locally; and it leaves out what only the host uses."""
-    host, image = _lock_pins(ROOT / "requirements.lock"), _lock_pins(ROOT / c.IMAGE_LOCK)
+    host, image = _lock_pins(ROOT / "requirements.lock"), _lock_pins(ROOT / img.IMAGE_LOCK)
     for key, (req, hashes) in image.items():
-        assert key in host, f"{c.IMAGE_LOCK}: {req} is not pinned so in requirements.lock"
-        assert hashes == host[key][1], f"{c.IMAGE_LOCK}: {req} has other hashes"
+        assert key in host, f"{img.IMAGE_LOCK}: {req} is not pinned so in requirements.lock"
+        assert hashes == host[key][1], f"{img.IMAGE_LOCK}: {req} has other hashes"
     names = {k.split("|")[0] for k in image}
     for host_only in ("dvc", "docker", "mlflow", "pyarrow", "pandas", "statsmodels", "boto3"):
-        assert host_only not in names, f"{c.IMAGE_LOCK} installs {host_only}"
+        assert host_only not in names, f"{img.IMAGE_LOCK} installs {host_only}"
     assert "mlflow-skinny" in names
 
 
@@ -331,8 +333,8 @@ def test_every_module_the_stages_import_is_in_the_image() -> None:
 
     from packaging.utils import canonicalize_name
 
-    names = {k.split("|")[0] for k in _lock_pins(ROOT / c.IMAGE_LOCK)}
-    names |= {k.split("|")[0] for k in _lock_pins(ROOT / c.NODEPS_LOCK)}
+    names = {k.split("|")[0] for k in _lock_pins(ROOT / img.IMAGE_LOCK)}
+    names |= {k.split("|")[0] for k in _lock_pins(ROOT / img.NODEPS_LOCK)}
     dists = packages_distributions()
     missing = []
     for path in sorted((ROOT / "pipeline").rglob("*.py")):
@@ -365,24 +367,24 @@ def test_the_builder_is_buildah_when_it_can_reach_the_engine(
     classic builder otherwise; LFBENCH_IMAGE_BUILDER forces one, with a clear error if it
     cannot be."""
     have = {"buildah": "/usr/bin/buildah"}
-    monkeypatch.setattr(c.shutil, "which", lambda name: have.get(name))
+    monkeypatch.setattr(img.shutil, "which", lambda name: have.get(name))
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.delenv(c.ENV_BUILDER, raising=False)
-    assert c.image_builder() == "buildah"
-    monkeypatch.setenv(c.ENV_BUILDER, "docker")
-    assert c.image_builder() == "docker"
+    monkeypatch.delenv(img.ENV_BUILDER, raising=False)
+    assert img.image_builder() == "buildah"
+    monkeypatch.setenv(img.ENV_BUILDER, "docker")
+    assert img.image_builder() == "docker"
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.1:2375")
-    monkeypatch.delenv(c.ENV_BUILDER)
-    assert c.image_builder() == "docker"
-    monkeypatch.setenv(c.ENV_BUILDER, "buildah")
+    monkeypatch.delenv(img.ENV_BUILDER)
+    assert img.image_builder() == "docker"
+    monkeypatch.setenv(img.ENV_BUILDER, "buildah")
     with pytest.raises(LfbenchError, match=r"DOCKER_HOST=tcp://10\.0\.0\.1:2375"):
-        c.image_builder()
+        img.image_builder()
     monkeypatch.delenv("DOCKER_HOST")
     have.clear()
     with pytest.raises(LfbenchError, match="buildah is not installed"):
-        c.image_builder()
-    monkeypatch.setenv(c.ENV_BUILDER, "kaniko")
+        img.image_builder()
+    monkeypatch.setenv(img.ENV_BUILDER, "kaniko")
     with pytest.raises(LfbenchError, match="expected buildah or docker"):
-        c.image_builder()
-    monkeypatch.delenv(c.ENV_BUILDER)
-    assert c.image_builder() == "docker"
+        img.image_builder()
+    monkeypatch.delenv(img.ENV_BUILDER)
+    assert img.image_builder() == "docker"

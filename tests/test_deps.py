@@ -1,5 +1,5 @@
 """Code dependencies that cannot go stale: for every stage of dvc.yaml, the import closure of the
-code it runs must lie under the stage's deps (pipeline/tools/deps.py, also run by
+code it runs must lie under the stage's deps (pipeline/env/deps.py, also run by
 `lfbench check`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pipeline.core.errors import ConfigError
-from pipeline.tools import deps
+from pipeline.env import deps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_the_closure_follows_function_level_imports_and_stays_in_its_benchmark()
     assert not any(f.startswith("pipeline/benchmarks/long2rag") for f in files)
     assert "pipeline/benchmarks/long2rag" not in judge.deps
     # cli.py's function-level imports serve other commands (report, compare, ui)
-    assert "pipeline/tools/report.py" not in files and "pipeline/tools/compare.py" not in files
+    assert "pipeline/results/report.py" not in files and "pipeline/results/compare.py" not in files
     # the generate stage does not run the judges
     (gen,) = [c for c in deps.check(ROOT) if c.stage == "summhay-generate"]
     assert not any(f.startswith("pipeline/judging/") for f in rel(gen.files))

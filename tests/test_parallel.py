@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import textwrap
 import time
@@ -280,83 +281,11 @@ def test_an_unknown_target_is_one_line_not_a_traceback(tmp_path: Path, target: s
     assert "Traceback" not in proc.stderr and target in proc.stderr
 
 
-def test_a_cluster_worker_pulls_every_output_its_stage_reads() -> None:
-    """A worker's clone gets a stage's inputs by pulling the stages that make them: a folder
-    dependency (an aggregate's generations/<benchmark>) is made by every stage writing in it
-    (the bug: only a stage whose output held the folder was pulled, so an aggregate on a worker
-    that had not run the judges found no judgements)."""
-    from dvc.repo import Repo
-
-    from pipeline.tools.cluster import _owners
-    from tests.conftest import ROOT
-
-    repo = Repo(str(ROOT))
-    stages = {s.addressing: s for s in repo.index.stages}
-    owners = set(_owners(repo, stages["summhay-aggregate"]))
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())["summhay"]
-    judges = {f"summhay-judge@{m}-{j}" for m in params["models"] for j in params["judges"]}
-    assert judges | {"summhay-construct", "summhay-agreement"} <= owners
-    assert {s for s in owners if s.startswith("summhay-generate@")} == {
-        f"summhay-generate@{m}" for m in params["models"]
-    }
-    crux = set(_owners(repo, stages["crux-aggregate"]))
-    assert "summhay-aggregate" in crux  # metrics/summhay.released.json
-    assert not any(s.startswith("summhay-judge@lead") for s in crux)
-
-
-def test_a_worker_moves_only_its_stage_s_run_cache_entry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cluster worker pushes and pulls the run-cache entry of the one stage it ran (DVC's
-    own `push/pull --run-cache` copies every entry of every stage, again on each call), and a
-    clone that pulled it restores the stage without running it."""
-    from dvc.repo import Repo, lock_repo
-
-    from pipeline.tools.cluster import pull_run_cache, push_run_cache
-
-    src = toy(tmp_path / "src", diamond())
-    remote = tmp_path / "remote"
-    run(["dvc", "remote", "add", "-d", "team", str(remote)], src)
-    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], src)
-    clone = tmp_path / "clone"
-    run(["git", "clone", "-q", str(src), str(clone)], tmp_path)
-    run(["dvc", "repro"], src)
-    run(["dvc", "push"], src)
-
-    def stages(repo: Any) -> dict[str, Any]:
-        return {s.name: s for s in repo.index.stages}
-
-    monkeypatch.chdir(src)  # as a worker, in its clone
-    with Repo(str(src)) as repo, lock_repo(repo):
-        s = stages(repo)
-        assert push_run_cache(repo, s["a"]) == 1
-        assert push_run_cache(repo, s["a"]) == 0  # nothing sent twice
-        assert push_run_cache(repo, s["b"]) == 1
-    runs = remote / "runs"
-    assert len([p for p in runs.rglob("*") if p.is_file()]) == 2  # a's and b's, not c, d, e
-
-    lock = yaml.safe_load((src / "dvc.lock").read_text())
-    del lock["stages"]["b"]  # b is the stage the worker must run (or restore)
-    (clone / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
-    run(["dvc", "pull", "a"], clone)  # b's input
-    monkeypatch.chdir(clone)
-    with Repo(str(clone)) as repo, lock_repo(repo):
-        b = stages(repo)["b"]
-        b.save_deps()
-        assert pull_run_cache(repo, b) == 1
-        assert pull_run_cache(repo, b) == 0
-        local = Path(repo.stage_cache.cache_dir)
-        assert len([p for p in local.rglob("*") if p.is_file()]) == 1  # b's only
-        repo.stage_cache.restore(b, pull=True)
-    assert json.loads((clone / "out/b.json").read_text())["name"] == "b"
-    assert not (clone / "times.log").exists()  # restored, not run
-
-
 def test_stages_more_stages_wait_on_go_first(tmp_path: Path) -> None:
     """With one slot, of the stages ready at once the one with more stages downstream starts
     first: a (b, c and d wait on it) before e (nothing waits on it), though e comes first in
     dvc.yaml."""
-    from pipeline.tools.parallel import StageState, _count_downstream
+    from pipeline.runner.driver import StageState, _count_downstream
 
     states = {
         n: StageState(n, i, up, 1)
@@ -380,8 +309,9 @@ def test_a_worker_runs_an_unchanged_stage_again_when_forced(
 ) -> None:
     """`lfbench repro -f --cluster`: the worker runs the stage as `dvc repro -f` would, though
     it is unchanged and its result is in the run cache (without -f it says unchanged)."""
-    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import identity
+    from pipeline.runner.task import SHIPPED, TaskSpec
+    from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
     run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
@@ -397,7 +327,7 @@ def test_a_worker_runs_an_unchanged_stage_again_when_forced(
             run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
             cluster={**payload, "force": force},
         )  # fmt: skip
-        return run_in_clone(spec, "here", time.monotonic())
+        return run_in_clone(spec)
 
     assert task(force=False).how == "unchanged"
     assert len(times(clone)) == 1 and len((clone / "times.log").read_text().splitlines()) == 1
@@ -412,7 +342,7 @@ def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
     """An aggregate reads its judges' dvc.lock entries (each MLflow run's stage digests): a
     stage must start only once its upstream's entries are in dvc.lock, as under a serial run,
     however long the driver takes to write the file (slowed here to make any race certain)."""
-    from pipeline.tools import parallel
+    from pipeline.runner import driver
 
     pipeline = diamond()
     pipeline["stages"]["f"] = {
@@ -426,15 +356,15 @@ def test_a_stage_starts_after_its_upstream_dvc_lock_entries_are_written(
         "stages = yaml.safe_load(open('dvc.lock'))['stages']\n"
         "json.dump(sorted(stages), open('out/f.json', 'w'))\n"
     )
-    real = parallel.DvcSide._dump_lock
+    real = driver.Lockfile._dump
 
     def slow(self: Any, data: Any, path: Path | None = None) -> None:
         time.sleep(1.5)
         real(self, data, path)
 
-    monkeypatch.setattr(parallel.DvcSide, "_dump_lock", slow)
+    monkeypatch.setattr(driver.Lockfile, "_dump", slow)
     monkeypatch.chdir(proj)
-    result = parallel.Repro(proj, ["f"], jobs=2).run()
+    result = driver.Repro(proj, ["f"], jobs=2).run()
     assert result.ok
     assert "a" in json.loads((proj / "out/f.json").read_text())
 
@@ -483,9 +413,8 @@ def test_a_stage_reading_dvc_lock_never_sees_the_driver_s_write_half_done(tmp_pa
     (an aggregate's lineage: `dvc_lock_entry`). A reader hammering the file from another process
     while the driver writes it over and over must always find a whole file (the bug: DVC's
     `dump_yaml` rewrote it in place, and an aggregate failed on `yaml.scanner.ScannerError`)."""
-    from dvc.repo import Repo
-
-    from pipeline.tools.parallel import DvcSide
+    from pipeline import dvc_internals as dvc
+    from pipeline.runner.lockfile import Lockfile
 
     proj = toy(tmp_path / "p", diamond())
     lock = _big_lock(150)
@@ -499,11 +428,11 @@ def test_a_stage_reading_dvc_lock_never_sees_the_driver_s_write_half_done(tmp_pa
     )
     try:
         time.sleep(1.0)  # the reader is reading
-        with Repo(str(proj)) as repo:
-            dvc = DvcSide(repo)
+        with dvc.open_repo(proj) as repo:
+            writer = Lockfile(repo)
             for n in range(3):  # as batches of stages finish
                 entry = dict(lock["stages"][f"s{n}"], cmd=f"python step.py s{n} v{n}")
-                dvc._write_lock({f"s{n}": entry})
+                writer._write({f"s{n}": entry})
     finally:
         stop.touch()
         out, _ = reader.communicate(timeout=60)
@@ -522,8 +451,9 @@ def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_pla
     params.yaml, dvc.yaml, uncached inputs) into the clone must not rewrite a file another
     stage is reading. A reader holding the old file keeps reading it whole; the path holds the
     new bytes (a file already holding the same bytes is not written at all)."""
-    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import identity
+    from pipeline.runner.task import SHIPPED, TaskSpec
+    from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
     run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
@@ -541,7 +471,7 @@ def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_pla
         cluster={**payload, "force": False},
     )  # fmt: skip
     with (clone / "dvc.lock").open("rb") as reading:
-        res = run_in_clone(spec, "here", time.monotonic())
+        res = run_in_clone(spec)
         assert res.rc == 0 and res.how == "unchanged", res
         assert reading.read() == old_lock  # the reader's file: untouched
     assert (clone / "dvc.lock").read_bytes() == files["dvc.lock"]
@@ -569,8 +499,9 @@ def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outp
     entry, the old outputs, as the cached result of the new params). Back to first: 4 with the
     run-cache entry only on the team's remote: restored from it, the 4 items, not run."""
     from pipeline.core.io import file_digest
-    from pipeline.tools.cluster import ENV_CLONE, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import identity
+    from pipeline.runner.task import TaskSpec
+    from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     pipeline = {
         "stages": {
@@ -600,7 +531,7 @@ def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outp
             run="r", stage="g", cmds=["python gen.py"], env={}, cores=1,
             cluster={**payload, "force": False},
         )  # fmt: skip
-        return run_in_clone(spec, "here", time.monotonic())
+        return run_in_clone(spec)
 
     def lock_of(entry: dict[str, Any]) -> bytes:
         return yaml.safe_dump({"schema": "2.0", "stages": {"g": entry}}, sort_keys=False).encode()
@@ -631,8 +562,9 @@ def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
     and the driver's dvc.lock recorded it as the commit's). What a repro itself changes is not
     an edit: the files the driver sends, outputs, DVC's own lines in a .gitignore, a file
     touched but unchanged."""
-    from pipeline.tools.cluster import ENV_CLONE, SHIPPED, identity, run_in_clone
-    from pipeline.tools.stage_task import TaskSpec
+    from pipeline.runner.cluster import identity
+    from pipeline.runner.task import SHIPPED, TaskSpec
+    from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
     run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
@@ -649,7 +581,7 @@ def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
             run="r", stage="e", cmds=["python step.py e out/e.json"], env={}, cores=1,
             cluster={**payload, "force": True},
         )  # fmt: skip
-        return run_in_clone(spec, "here", time.monotonic())
+        return run_in_clone(spec)
 
     def ran() -> int:  # runs of the stage since the task was first sent
         return len((clone / "times.log").read_text().splitlines()) - 1
@@ -659,7 +591,8 @@ def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
     (clone / "step.py").write_text(step + "# an edit\n")
     res = task()
     assert res.rc == 2 and ran() == 1, res  # refused, not run
-    assert "here" in res.error and str(clone) in res.error and "step.py" in res.error
+    assert socket.gethostname() in res.error and str(clone) in res.error, res
+    assert "step.py" in res.error
     (clone / "step.py").write_text(step)  # back as committed (a new mtime): runs again
     assert task().rc == 0 and ran() == 2
     with (clone / "out" / ".gitignore").open("a") as f:

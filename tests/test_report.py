@@ -13,7 +13,7 @@ import pytest
 from pipeline.benchmarks.summhay.aggregate import ROW_KEYS
 from pipeline.core.errors import DataError
 from pipeline.core.markdown import table
-from pipeline.tools.report import build_report, md_to_html
+from pipeline.results.report import build_report, md_to_html
 
 
 def row(system: str, setting: str, joint: float, **kw: Any) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def test_headline_does_not_depend_on_the_rows_order() -> None:
     """Ties (CRUX has many rows at 100.0) broken by label, groups sorted: the same headline
     whatever order the metrics file lists its rows in."""
     from pipeline.core import registry
-    from pipeline.tools.report import headline
+    from pipeline.results.report import headline
 
     for bench in registry.load_all():  # every benchmark with committed results
         name, metric = bench.name, bench.metrics[0].name
@@ -250,7 +250,7 @@ def test_headline_does_not_depend_on_the_rows_order() -> None:
 
 
 def test_headline_intervals_and_unranked_rows() -> None:
-    from pipeline.tools.report import headline
+    from pipeline.results.report import headline
 
     rows = [
         {"system": "x", "setting": "s", "judge": "j", "m": 0.5, "m_ci_low": 0.4, "m_ci_high": 0.6},
@@ -276,7 +276,7 @@ def test_a_benchmark_without_a_main_metric_is_said_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pipeline.core import registry
-    from pipeline.tools.report import build_markdown
+    from pipeline.results.report import build_markdown
 
     monkeypatch.setattr(type(registry.get("long2rag")), "metrics", ())
     _write(tmp_path, "long2rag.json", L2R)
@@ -290,7 +290,7 @@ def test_the_declared_main_metric_ranks_its_way(
 ) -> None:
     from pipeline.core import registry
     from pipeline.core.results import Metric
-    from pipeline.tools.report import build_markdown
+    from pipeline.results.report import build_markdown
 
     bench = type(registry.get("long2rag"))
     monkeypatch.setattr(bench, "metrics", (Metric("kpr", higher_is_better=False),))
@@ -325,8 +325,8 @@ def test_report_draws_the_judge_cards(tmp_path: Path) -> None:
     """One "Judge cards" table: every card of metrics/agreement.json and of a benchmark's
     agreement list, with the throughput a stage of this clone recorded (run state)."""
     from pipeline.core.cards import cost_per_1000
+    from pipeline.results.report import _cards
     from pipeline.stages.timing import throughput, write_throughput
-    from pipeline.tools.report import _cards
 
     _write(tmp_path, "summhay.json", ROWS)
     local = _card("local", cost=cost_per_1000(0.0, 10, free=True), stage="summhay-agreement",

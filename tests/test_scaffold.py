@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.authoring.scaffold import TEMPLATE, create
 from pipeline.core.errors import ConfigError
-from pipeline.tools.scaffold import TEMPLATE, create
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +146,7 @@ def test_check_refuses_a_local_judge_its_judge_stage_does_not_depend_on(tmp_path
     """A benchmark scaffolded without --local-judge whose section later lists `local`: its judge
     stage must then depend on the local judge's model (else DVC does not train it first)."""
     from pipeline.core.params import load_params
-    from pipeline.tools.deps import missing_models
+    from pipeline.env.deps import missing_models
 
     params = load_params(ROOT / "params.yaml")
     assert missing_models(ROOT, params) == []

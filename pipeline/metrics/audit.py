@@ -1,7 +1,7 @@
 """An audit of a judge by people, on one run's own outputs: pure functions, no I/O.
 
 A person labels a sample of n of the N verdicts a judge gave on one run (see
-`pipeline/tools/audit.py`). From those labels:
+`pipeline/results/audit.py`). From those labels:
 
 - `systematic_sample`: which n of the N verdicts to show. The verdicts are ordered by stratum
   (the judge's label), then by a seeded shuffle of the items, then of the verdicts inside an

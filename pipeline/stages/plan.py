@@ -30,7 +30,6 @@ stage.
 
 from __future__ import annotations
 
-import logging
 import math
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -744,7 +743,7 @@ def context_fit(root: Path, params: Params) -> list[str]:
     """For `lfbench check`: for each generate stage of dvc.yaml whose model entry declares a
     `context_window`, whether its requests fit, counted as `lfbench plan` counts them (the
     benchmark's dataset must be built)."""
-    from dvc.repo import Repo
+    from pipeline import dvc_internals as dvc
 
     wanted = {
         name
@@ -753,10 +752,10 @@ def context_fit(root: Path, params: Params) -> list[str]:
     }
     if not wanted:
         return []
-    with Repo(str(root)) as repo:
+    with dvc.open_repo(root) as repo:
         cmds = [
             StageCmd.parse(getattr(st, "addressing", None) or st.name, st.cmd)
-            for st in repo.index.stages
+            for st in dvc.stages(repo)
             if st.cmd
         ]
     planner = Planner(root, params, [], None)
@@ -795,30 +794,28 @@ def context_fit(root: Path, params: Params) -> list[str]:
 
 
 def changed_stages(root: Path, targets: Sequence[str] = ()) -> list[StageCmd]:
-    """The stages `dvc status` reports changed (what `dvc repro` runs first), in dvc.yaml's
-    order, with their commands."""
-    from dvc.exceptions import DvcException, NoOutputOrStageError
-    from dvc.lock import LockError
-    from dvc.repo import Repo
+    """The stages `dvc status` reports changed among the targets and the stages they depend on
+    (what `dvc repro TARGETS` runs first), in dvc.yaml's order, with their commands."""
+    from pipeline import dvc_internals as dvc
 
     try:
-        with Repo(str(root)) as repo:
+        with dvc.open_repo(root) as repo:
             try:
-                status = repo.status(targets=list(targets) or None)
-            except NoOutputOrStageError as e:
+                status = dvc.status(repo, targets)
+            except dvc.UnknownTarget as e:
                 raise DataError(unknown_target(repo, targets), file="dvc.yaml") from e
             out = []
-            for stage in repo.index.stages:
+            for stage in dvc.stages(repo):
                 name = getattr(stage, "addressing", None) or stage.name
                 if name in status and stage.cmd:
                     out.append(StageCmd.parse(name, stage.cmd))
-    except LockError as e:
+    except dvc.ProjectLocked as e:
         raise LfbenchError(
             "another DVC command holds this project's lock (.dvc/tmp/lock), e.g. a running"
             " `dvc repro`: plan once it is done (a lock left by a killed DVC command goes by"
             " itself)"
         ) from e
-    except DvcException as e:
+    except dvc.DvcError as e:
         raise LfbenchError(f"dvc: {' '.join(str(e).split())}") from e
     return out
 
@@ -827,9 +824,9 @@ def unknown_target(repo: Any, targets: Sequence[str]) -> str:
     """What to say of a target that names no stage or output: the stages near it."""
     import difflib
 
-    from dvc.stage import PipelineStage
+    from pipeline import dvc_internals as dvc
 
-    names = [s.addressing for s in repo.index.stages if isinstance(s, PipelineStage)]
+    names = dvc.pipeline_stage_names(repo)
     groups = list(dict.fromkeys(n.split("@", 1)[0] for n in names))
     for target in targets:
         if target in names or (Path(repo.root_dir) / target).exists():
@@ -993,32 +990,18 @@ def render(plan: Plan) -> str:
 # ---------------------------------------------------------------- dvc repro --dry
 
 
-def dvc_dry_run(root: Path, targets: Sequence[str] = ()) -> int:
+def dvc_dry_run(root: Path, targets: Sequence[str] = ()) -> list[str]:
     """`dvc repro --dry [TARGETS]` that works on a project whose stages have yet to make the
-    inputs of others. DVC's dry run looks each changed stage up in its run cache, which hashes
-    every dependency and fails on one that does not exist yet (treeverse/dvc#9818, open): here
-    a stage with a missing dependency is simply not looked up (it cannot be in the run cache),
-    which is what DVC's own check does for dependencies it cannot hash."""
-    import os
+    inputs of others: its lines on stdout, the stages it would run returned. DVC's dry run
+    looks each changed stage up in its run cache, which hashes every dependency and fails on
+    one that does not exist yet (treeverse/dvc#9818, open): here a stage with a missing
+    dependency is simply not looked up (it cannot be in the run cache), which is what DVC's own
+    check does for dependencies it cannot hash."""
+    import sys
 
-    import dvc.stage.cache as run_cache
-    from dvc.cli import main as dvc_main
+    from pipeline import dvc_internals as dvc
 
-    can_hash = run_cache._can_hash
-
-    def _can_hash(stage: Any) -> bool:
-        if any(d.protocol == "local" and not d.exists for d in stage.deps):
-            return False
-        return bool(can_hash(stage))
-
-    run_cache._can_hash = _can_hash
-    cwd = Path.cwd()
-    dvc_log = logging.getLogger("dvc")
-    propagate, dvc_log.propagate = dvc_log.propagate, False  # DVC prints its own log
     try:
-        os.chdir(root)
-        return int(dvc_main(["repro", "--dry", *targets]))
-    finally:
-        os.chdir(cwd)
-        run_cache._can_hash = can_hash
-        dvc_log.propagate = propagate
+        return dvc.dry_run(root, targets, sys.stdout)
+    except dvc.DvcError as e:
+        raise LfbenchError(f"dvc repro --dry: {' '.join(str(e).split())}") from e

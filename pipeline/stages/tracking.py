@@ -92,7 +92,7 @@ _VOLATILE = (
     "runtime",
     "image.digest",
 )
-# What `lfbench audit` logs on a run (pipeline/tools/audit.py): metrics and tags of this prefix
+# What `lfbench audit` logs on a run (pipeline/results/audit.py): metrics and tags of this prefix
 # are not the row's result; a new run of an audited row is tagged `audit.pending`.
 AUDIT = "audit."
 AUDIT_PENDING = "audit.pending"

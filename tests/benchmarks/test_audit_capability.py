@@ -14,7 +14,7 @@ from pipeline.core.errors import DataError
 from pipeline.core.params import load_params
 from pipeline.core.records import Generation
 from pipeline.data.haystacks import Insight, Subtopic
-from pipeline.tools.audit import _context
+from pipeline.results.audit import _context
 from tests.conftest import ROOT
 
 
@@ -108,7 +108,7 @@ def test_summhay_released_labels_name_the_system_setting_and_domain() -> None:
 
 def test_crux_shows_the_passage_against_the_sub_question_and_gives_kappa_only() -> None:
     from pipeline.benchmarks.crux.schema import Passage, Query, QueryView, SubQuestion
-    from pipeline.tools.audit import Pairs, Scale, audit_numbers
+    from pipeline.results.audit import Pairs, Scale, audit_numbers
 
     bench, ctx = _ctx("crux")
     assert bench.audit is not None

@@ -270,9 +270,9 @@ def test_every_params_model_refuses_non_finite_floats() -> None:
 def test_the_longest_names_still_make_file_names_a_file_system_holds(tmp_path: Path) -> None:
     """The entry and benchmark name limits keep every derived file name under 255 bytes (a
     300-character model name used to pass check and fail in the journal's path)."""
+    from pipeline.authoring.scaffold import NAME_MAX as BENCH_MAX
     from pipeline.core.config import NAME_MAX
     from pipeline.stages.common import judge_stage, llm_paths
-    from pipeline.tools.scaffold import NAME_MAX as BENCH_MAX
 
     stage = judge_stage("b" * BENCH_MAX, "m" * NAME_MAX, "j" * NAME_MAX)
     journal = llm_paths(tmp_path, stage)[1]

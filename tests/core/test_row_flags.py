@@ -13,7 +13,7 @@ from pipeline.core.benchmark import Run
 from pipeline.core.markdown import results_table
 from pipeline.core.records import Generation, Judgement, Usage
 from pipeline.core.results import ItemScore, Metric, Scored, combine, score_rows
-from pipeline.tools.compare import render_text
+from pipeline.results.compare import render_text
 
 MEAN = Metric("m", digits=None)
 
@@ -108,7 +108,7 @@ def test_the_mlflow_run_the_report_and_compare_show_the_flags() -> None:
 
 
 def test_lfbench_report_marks_a_flagged_best_row(tmp_path: Path) -> None:
-    from pipeline.tools.report import headline
+    from pipeline.results.report import headline
 
     rows = [
         {"system": "base", "judge": "j", "kpr": 0.205, "flags": ["copied: ..."], "copy_rate": 0.93},

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.tools import containers
+from pipeline.env import containers
+from pipeline.env import image as img
 from tests.conftest import ROOT, SUMMHAY_TARGETS, run, slice_crud_rag, slice_crux
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -52,12 +53,12 @@ def image(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     """The recipe of the working tree (Dockerfile, .dockerignore, locks) on the test base, and
     its image, built here unless present: the recipe of every project these tests copy."""
     ctx = tmp_path_factory.mktemp("ctx")
-    for name in containers.RECIPE_FILES:
+    for name in img.RECIPE_FILES:
         shutil.copy2(ROOT / name, ctx / name)
-    rec = containers.recipe(ctx, _base_image())
-    found = containers.find_image(engine, rec)
+    rec = img.recipe(ctx, _base_image())
+    found = img.find_image(engine, rec)
     if found is None:
-        found = containers.build_image(ctx, rec, client=engine)
+        found = img.build_image(ctx, rec, client=engine)
     return {**rec, "image_id": found}
 
 
@@ -177,7 +178,7 @@ def test_docker_by_default_and_local_give_identical_results(
         for r in runs:
             assert r.data.tags["runtime"] == runtime
             assert r.data.tags["image.digest"] == digest
-            assert r.data.tags["image.recipe"] == image["recipe"]
+            assert r.data.tags["img.recipe"] == image["recipe"]
 
     # Nothing left to do in either, and no container left behind.
     for proj in (project, local):
@@ -200,7 +201,7 @@ def test_docker_by_default_and_local_give_identical_results(
     run(["dvc", "remote", "modify", "--local", "team", "url", str(remote)], b)
     engine.images.get(image["image_id"]).tag("lfbench-test-keep", image["recipe"][:12])
     engine.images.remove(image["tag"])
-    assert containers.find_image(engine, image) is None
+    assert img.find_image(engine, image) is None
     run(["dvc", "pull"], b)
     nothing = run(["dvc", "repro"], b)
     assert "Running stage" not in nothing.stdout, nothing.stdout
@@ -209,7 +210,7 @@ def test_docker_by_default_and_local_give_identical_results(
     assert "building" not in forced.stderr
     (rec,) = _records(b).values()
     assert rec["runtime"] == "docker" and rec["image_digest"] == image["image_id"]
-    assert containers.find_image(engine, image) == image["image_id"]
+    assert img.find_image(engine, image) == image["image_id"]
     for rel in ("metrics/summhay.json", "dvc.lock"):
         assert (b / rel).read_bytes() == (project / rel).read_bytes(), rel
 
@@ -311,15 +312,15 @@ def test_a_cold_rebuild_gives_the_same_image_id(
     run). A record of another id is refused naming both ids; a record made on another base is
     refused before any build."""
     from pipeline.core.errors import LfbenchError
-    from pipeline.tools import image_store
+    from pipeline.env import image_store
 
-    if containers.image_builder() != "buildah":
+    if img.image_builder() != "buildah":
         pytest.skip("buildah is not installed: Docker's classic builder is not reproducible")
-    for name in containers.RECIPE_FILES:
+    for name in img.RECIPE_FILES:
         shutil.copy2(ROOT / name, tmp_path / name)
     rec = {k: v for k, v in image.items() if k != "image_id"}
     base_id = engine.images.get(_base_image()).id
-    refs = tmp_path / image_store.REFS_JSON
+    refs = tmp_path / img.REFS_JSON
     refs.parent.mkdir(parents=True, exist_ok=True)
 
     def record(image_id: str, on: str) -> None:
@@ -336,8 +337,8 @@ def test_a_cold_rebuild_gives_the_same_image_id(
         image_store.verify(tmp_path, rec, client=engine)
     # The rebuild matched the engine's image (checked first), then differed from the record.
     said = str(err.value)
-    assert f"gives {image['image_id']}, but the id {image_store.REFS_JSON} records is {wrong}" in (
+    assert f"gives {image['image_id']}, but the id {img.REFS_JSON} records is {wrong}" in (said), (
         said
-    ), said
-    assert containers.find_image(engine, image) == image["image_id"]
+    )
+    assert img.find_image(engine, image) == image["image_id"]
     assert not [t for i in engine.images.list() for t in i.tags if t.startswith("lfbench-verify:")]

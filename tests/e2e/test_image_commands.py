@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.tools import containers, image_store
+from pipeline.env import image as img
 from tests.conftest import ROOT, run
 from tests.e2e.test_docker import _base_image, engine, image  # noqa: F401 - fixtures
 
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 def _workspace(dest: Path) -> Path:
     """What the image commands read: the recipe's files and params.yaml (the test base)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in containers.RECIPE_FILES:
+    for name in img.RECIPE_FILES:
         shutil.copy2(ROOT / name, dest / name)
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params["image_base"] = _base_image()
@@ -44,13 +44,13 @@ def test_image_pull_in_a_fresh_clone(
     tmp_path: Path,
 ) -> None:
     ws = _workspace(tmp_path / "clone")
-    assert not (ws / containers.IMAGE_JSON).exists()  # a clone: `dvc repro image` not run
+    assert not (ws / img.IMAGE_JSON).exists()  # a clone: `dvc repro image` not run
     done = run(["lfbench", "image", "pull"], ws)
     assert f"{image['tag']} {image['image_id']} (present)" in done.stdout, done.stdout + done.stderr
     # a build/image.json of another recipe (the Dockerfile changed since `dvc repro image`)
-    stale = {**containers.recipe(ws, "python:3.11-slim-bookworm"), "tag": "lfbench:0123456789ab"}
-    (ws / containers.IMAGE_JSON).parent.mkdir(parents=True, exist_ok=True)
-    (ws / containers.IMAGE_JSON).write_text(json.dumps(stale), encoding="utf-8")
+    stale = {**img.recipe(ws, "python:3.11-slim-bookworm"), "tag": "lfbench:0123456789ab"}
+    (ws / img.IMAGE_JSON).parent.mkdir(parents=True, exist_ok=True)
+    (ws / img.IMAGE_JSON).write_text(json.dumps(stale), encoding="utf-8")
     done = run(["lfbench", "image", "pull"], ws)
     assert f"{image['tag']} {image['image_id']} (present)" in done.stdout
     said = "build/image.json names recipe lfbench:0123456789ab, but this workspace's files make"
@@ -69,7 +69,7 @@ def test_a_build_warns_when_its_id_is_not_the_recorded_one_and_leaves_no_base_co
     image: dict[str, Any],  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    if containers.image_builder() != "buildah":
+    if img.image_builder() != "buildah":
         pytest.skip("buildah is not installed: Docker's classic builder is not reproducible")
     ws = _workspace(tmp_path / "ws")
     base_id = str(engine.images.get(_base_image()).id)
@@ -79,7 +79,7 @@ def test_a_build_warns_when_its_id_is_not_the_recorded_one_and_leaves_no_base_co
     if hexid in _buildah_ids():
         pytest.skip("buildah's copy of the base is in use by another build")
     wrong = "sha256:" + "0" * 64
-    refs = ws / image_store.REFS_JSON
+    refs = ws / img.REFS_JSON
     refs.parent.mkdir(parents=True, exist_ok=True)
     build = {"image_id": wrong, "base_image": _base_image(), "base_id": base_id}
     refs.write_text(json.dumps({image["recipe"]: {"build": build}}), encoding="utf-8")

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from pipeline.core.errors import LfbenchError
-from pipeline.tools import containers, image_store
+from pipeline.env import containers, image_store
+from pipeline.env import image as img
 from tests.conftest import ROOT, dvc_workspace, run
 
 pytestmark = [pytest.mark.docker]
@@ -44,9 +45,9 @@ def _tiny(engine: Any, tmp: Path, label: str | None) -> tuple[dict[str, str], st
     ctx.mkdir()
     (ctx / "hello").write_text(digest)
     (ctx / "Dockerfile").write_text(
-        f"FROM scratch\nCOPY hello /hello\nLABEL {containers.RECIPE_LABEL}={label or digest}\n"
+        f"FROM scratch\nCOPY hello /hello\nLABEL {img.RECIPE_LABEL}={label or digest}\n"
     )
-    rec = {"recipe": digest, "tag": f"{containers.IMAGE_REPO}:{digest[:12]}"}
+    rec = {"recipe": digest, "tag": f"{img.IMAGE_REPO}:{digest[:12]}"}
     image, _ = engine.images.build(path=str(ctx), tag=rec["tag"], rm=True)
     return rec, str(image.id)
 
@@ -54,7 +55,7 @@ def _tiny(engine: Any, tmp: Path, label: str | None) -> tuple[dict[str, str], st
 def _forget(engine: Any, rec: dict[str, str], image_id: str) -> None:
     """Remove the image from the engine, as on a colleague's machine that never had it."""
     engine.images.remove(image_id, force=True)
-    assert containers.find_image(engine, rec) is None
+    assert img.find_image(engine, rec) is None
 
 
 def _free_port() -> int:
@@ -106,12 +107,12 @@ def test_through_a_registry_pinned_by_digest(engine: Any, registry: str, tmp_pat
     rec, image_id = _tiny(engine, tmp_path, None)
     ref = image_store.push_registry(ws, rec, registry, client=engine)
     assert ref.startswith(f"{registry}@sha256:")
-    refs = json.loads((ws / image_store.REFS_JSON).read_text())
+    refs = json.loads((ws / img.REFS_JSON).read_text())
     assert refs == {rec["recipe"]: {"registry": ref}}
 
     _forget(engine, rec, image_id)
     assert image_store.pull(ws, rec, client=engine) == (image_id, "pulled from the registry")
-    assert containers.find_image(engine, rec) == image_id
+    assert img.find_image(engine, rec) == image_id
 
     # A reference whose image carries another recipe's label is not adopted under this one.
     other, other_id = _tiny(engine, tmp_path, label="someone-else")
@@ -119,10 +120,10 @@ def test_through_a_registry_pinned_by_digest(engine: Any, registry: str, tmp_pat
     pushed = engine.images.push(registry, tag="other", stream=True, decode=True)
     digest = next(c["aux"]["Digest"] for c in pushed if "Digest" in (c.get("aux") or {}))
     refs[other["recipe"]] = {"registry": f"{registry}@{digest}"}
-    (ws / image_store.REFS_JSON).write_text(json.dumps(refs))
+    (ws / img.REFS_JSON).write_text(json.dumps(refs))
     engine.images.remove(other_id, force=True)
     assert image_store.pull_registry(ws, other, client=engine) is None
-    assert containers.find_image(engine, other) is None
+    assert img.find_image(engine, other) is None
     for ref in (f"{registry}@{digest}", image_id):
         engine.images.remove(ref, force=True)
 
@@ -150,7 +151,7 @@ def test_through_the_dvc_remote(engine: Any, tmp_path: Path) -> None:
     # No image, no store: a clear error from the CLI, not a traceback. The CLI computes the
     # recipe from the workspace's files and params (as the image stage does): the project's,
     # with a Dockerfile of its own so that no engine or store has its image.
-    for name in (*containers.RECIPE_FILES, "params.yaml"):
+    for name in (*img.RECIPE_FILES, "params.yaml"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, ws / name)
     with (ws / "Dockerfile").open("a") as f:

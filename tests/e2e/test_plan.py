@@ -41,6 +41,12 @@ def test_plan_matches_what_dvc_repro_sends(project: Path, tmp_path: Path) -> Non
 
         out = run(["lfbench", "plan", "--json"], project, env=_env())
         plan = json.loads(out.stdout)
+        # `lfbench plan TARGETS`: what `dvc repro TARGETS` runs, their upstream stages with them
+        # (the bug: the aggregate's plan alone, 0 requests)
+        out = run(["lfbench", "plan", "--json", *SUMMHAY_TARGETS], project, env=_env())
+        targeted = json.loads(out.stdout)
+        assert targeted["totals"]["requests"] == plan["totals"]["requests"] > 0
+        assert "summhay-generate@tiny" in targeted["stages"]
         text = run(["lfbench", "plan"], project, env=_env()).stdout
         assert srv.log() == []  # planning sent nothing
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import LfbenchError
-from pipeline.tools.team import pg_bindir
+from pipeline.env.team import pg_bindir
 from tests.conftest import ROOT, run
 
 try:
@@ -98,7 +98,7 @@ def test_mlflow_port_of_another_server_is_an_error_naming_it(
 def test_a_port_answered_by_someone_else_is_not_taken_for_ours(other_server: int) -> None:
     """The identity check after a start (the port was free at the pre-check, then another
     server took it first): the process we started is not the one listening: an error."""
-    from pipeline.tools.team import check_listener
+    from pipeline.env.team import check_listener
 
     ours = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:

@@ -324,8 +324,8 @@ def test_postgres_stopped_mid_run_ends_the_stage_and_a_rerun_resends_nothing(
     import tempfile
 
     from pipeline.core.errors import StageFailed
+    from pipeline.env.team import Postgres, free_ports
     from pipeline.llm.cache import CacheUnavailable
-    from pipeline.tools.team import Postgres, free_ports
 
     root = Path(tempfile.mkdtemp(prefix="lfbench-pg-stop-"))
     root.chmod(0o755)  # the server runs as `postgres` when the tests run as root

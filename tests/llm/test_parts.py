@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from pipeline.cli import bench
+from pipeline.authoring.commands import bench
 from pipeline.llm.client import backoff_delay, parse_retry_after
 from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
 from pipeline.llm.ratelimit import RateLimiter

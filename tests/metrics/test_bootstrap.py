@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.metrics.bootstrap import paired_bootstrap, resample_indices
-from pipeline.tools.compare import bootstrap_metrics, item_sums
+from pipeline.results.compare import bootstrap_metrics, item_sums
 
 # Every resample of two items (n^n = 4), each equally likely.
 ALL_OF_TWO = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.int64)

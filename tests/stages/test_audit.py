@@ -19,8 +19,7 @@ import pytest
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.params import load_params
 from pipeline.core.records import Generation, Judgement, Verdict
-from pipeline.stages.tracking import FINGERPRINT, RunSpec, sync
-from pipeline.tools.audit import (
+from pipeline.results.audit import (
     Sample,
     Scale,
     Unit,
@@ -31,6 +30,7 @@ from pipeline.tools.audit import (
     text_sha,
     write_csv,
 )
+from pipeline.stages.tracking import FINGERPRINT, RunSpec, sync
 from tests.conftest import ROOT
 
 LABEL = {"F": "FULL_COVERAGE", "P": "PARTIAL_COVERAGE", "N": "NO_COVERAGE"}
@@ -372,7 +372,7 @@ def test_released_labels_give_a_released_systems_row_its_own_audit(
     import yaml
     from sklearn.metrics import cohen_kappa_score
 
-    from pipeline.tools.audit import score_released
+    from pipeline.results.audit import score_released
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("LFBENCH_WORKSPACE", "test")
@@ -464,7 +464,7 @@ def test_a_sample_of_a_runs_verdicts_as_traces_and_a_csv_changes_nothing_of_the_
 
     from pipeline.core import registry
     from pipeline.data.haystacks import normalise, parse_raw_haystack
-    from pipeline.tools.audit import make_sample
+    from pipeline.results.audit import make_sample
     from tests.conftest import mini_haystack
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -734,7 +734,7 @@ def test_units_are_numbered_in_a_seeded_random_order_so_the_first_ones_are_a_ran
     insights drawn (n = N): the numbering is seeded, and u01..u05 seldom come from one summary
     (in file order they always did)."""
     from pipeline.core import registry
-    from pipeline.tools.audit import make_sample
+    from pipeline.results.audit import make_sample
 
     client = _client(project)
     (run,) = client.search_runs([client.get_experiment_by_name("summhay").experiment_id])
@@ -768,7 +768,7 @@ def test_a_partly_labelled_sample_says_the_interval_assumes_a_random_subset(
     assert result["audit.n"] == 6
     assert "6 of the 10 drawn units are labelled" in result["warning"]
     assert "random subset" in result["warning"]
-    from pipeline.tools.audit import render
+    from pipeline.results.audit import render
 
     assert result["warning"] in render([result])
     full = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
@@ -779,7 +779,7 @@ def test_audit_score_prints_the_confusion_matrix_and_the_disagreeing_units(
     project: Path,
 ) -> None:
     """Issue 44, point 14. Before: a kappa and intervals, nothing a person can act on."""
-    from pipeline.tools.audit import render
+    from pipeline.results.audit import render
 
     result = score_sample(project, _params(), "s1", _fill(project, _human(range(10))))
     labels = [LABEL[x] for x in "FPN"]
@@ -815,7 +815,7 @@ def test_the_readme_s_released_audit_table_and_example_are_the_committed_result(
     """Issue 44, point 15: the README's figures of `lfbench audit score --released summhay` are
     those of the committed `audits/summhay-released.score.json` (before: typed in, and drifted
     from the code: the local judge's coverage 82.44 in the README, 82.59 from the code)."""
-    from pipeline.tools.audit import render
+    from pipeline.results.audit import render
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = json.loads((ROOT / "audits/summhay-released.score.json").read_text())["rows"]

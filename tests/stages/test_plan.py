@@ -216,3 +216,23 @@ def test_an_entry_without_prices_plans_an_unknown_cost_not_zero(tmp_path: Path) 
     )
     table = render(both)
     assert "cost unknown" in table and "?" in table.splitlines()[1]
+
+
+def test_a_target_s_plan_has_the_stages_dvc_repro_runs_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lfbench plan TARGET` plans what `dvc repro TARGET` runs: the target and the changed
+    stages upstream of it, in dvc.yaml's order (the bug: `dvc status TARGET` alone, so a plan
+    of an aggregate whose generations were not made yet counted 0 requests, and `dvc repro`
+    then sent 108)."""
+    from pipeline.stages.plan import changed_stages
+    from tests.conftest import run
+    from tests.test_parallel import diamond, toy
+
+    proj = toy(tmp_path / "p", diamond())
+    monkeypatch.chdir(proj)
+    assert [s.name for s in changed_stages(proj, ["d"])] == ["a", "b", "c", "d"]
+    assert [s.name for s in changed_stages(proj, ["b"])] == ["a", "b"]
+    run(["dvc", "repro", "a"], proj)
+    assert [s.name for s in changed_stages(proj, ["d"])] == ["b", "c", "d"]
+    assert [s.name for s in changed_stages(proj, [])] == ["b", "c", "d", "e"]

@@ -10,7 +10,7 @@ import pytest
 from pipeline.benchmarks.crud_rag.benchmark import CrudRag
 from pipeline.core import aggregation
 from pipeline.core.benchmark import Run
-from pipeline.tools.compare import MIN_PAIRED_ITEMS, bootstrap_declared
+from pipeline.results.compare import MIN_PAIRED_ITEMS, bootstrap_declared
 from tests.benchmarks.crud_rag.helpers import ctx
 
 BENCH = CrudRag()

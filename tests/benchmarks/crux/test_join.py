@@ -97,7 +97,7 @@ def test_compare_pairs_two_contexts_by_query() -> None:
     """`lfbench compare`'s paired bootstrap on two CRUX contexts (their rows' items.jsonl): the
     point estimates are the rows' values; a context against itself differs by 0."""
     from pipeline.benchmarks.crux.schema import Collection, Passage, Query, SubQuestion
-    from pipeline.tools.compare import bootstrap_declared
+    from pipeline.results.compare import bootstrap_declared
 
     c = ctx()
     passages = [Passage(pid=f"p{n}", text=f"passage {n}", tokens=10 + n) for n in range(4)]

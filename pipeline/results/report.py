@@ -58,7 +58,7 @@ def lineage(root: Path, benchmarks: list[str]) -> dict[str, str]:
 def _audits(root: Path, kappa: dict[tuple[str, str], str]) -> list[str]:
     """People's audits of a judge on single runs (`lfbench audit score`, audits/*.score.json),
     beside the judge's kappa against people measured once (metrics/agreement.json)."""
-    from pipeline.tools.audit import scores
+    from pipeline.results.audit import scores
 
     try:
         found = scores(root)

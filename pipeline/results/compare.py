@@ -414,7 +414,7 @@ def _compare_runs(
             continue  # a row's own interval, not a metric of the system
         a, b = ma.get(k), mb.get(k)
         metrics[k] = {"a": a, "b": b, "delta": None if a is None or b is None else b - a}
-    declared = _declared(ra.data.tags.get("benchmark"))
+    declared = main_first = _declared(ra.data.tags.get("benchmark"))
     ja, jb = _artifact(client, run_a, "items.jsonl"), _artifact(client, run_b, "items.jsonl")
     if not (declared and ja is not None and jb is not None):
         declared = ()
@@ -470,6 +470,10 @@ def _compare_runs(
                 "significant": res["p_value"] < 0.05 and res["ci_low"] != res["ci_high"],
             }
         )
+    # the benchmark's metrics in their declared order, its main one first; then the others
+    order = [m.name for m in main_first if m.name in metrics]
+    order += sorted(k for k in metrics if k not in order)
+    metrics = {k: metrics[k] for k in order}
     return {
         "run_a": {"id": run_a, "name": ra.info.run_name, "flags": _flags(ra)},
         "run_b": {"id": run_b, "name": rb.info.run_name, "flags": _flags(rb)},

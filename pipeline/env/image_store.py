@@ -14,7 +14,6 @@ id and how it was had, or None; a pulled image must carry the recipe's label.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -24,36 +23,25 @@ from typing import Any
 
 from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_json
-from pipeline.tools.containers import (
+from pipeline.env.image import (
     ENV_IMAGE_PULL,
     RECIPE_LABEL,
+    REFS_JSON,
+    base_image_id,
     build_image,
-    ensure_base,
     find_image,
     image_builder,
+    read_refs,
     sha256_file,
+    warn_if_unexpected,
 )
 
 log = logging.getLogger(__name__)
 
-REFS_JSON = Path("build/image.refs.json")
 DVC_FOLDER = "lfbench-images"
 
 
 # ---------------------------------------------------------------- registry
-
-
-def read_refs(root: Path) -> dict[str, dict[str, Any]]:
-    path = root / REFS_JSON
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise LfbenchError(f"{REFS_JSON}: not a readable JSON file ({e})") from e
-    if not isinstance(data, dict):
-        raise LfbenchError(f"{REFS_JSON}: expected an object of recipe digests")
-    return data
 
 
 def push_registry(root: Path, rec: Mapping[str, Any], registry: str, *, client: Any) -> str:
@@ -110,14 +98,9 @@ def _adopt(client: Any, image: Any, rec: Mapping[str, Any], source: str) -> str 
 
 def _dvc_remote(root: Path, remote: str | None) -> tuple[Any, str]:
     """DVC's filesystem for the remote and the archive folder's path on it."""
-    from dvc.repo import Repo
+    from pipeline import dvc_internals as dvc
 
-    repo = Repo(str(root))
-    try:
-        r = repo.cloud.get_remote(name=remote)
-    except Exception as e:
-        raise LfbenchError(f"DVC remote {remote or '(default)'}: {e}") from e
-    return r.fs, r.fs.join(r.path, DVC_FOLDER)
+    return dvc.remote_folder(root, remote, DVC_FOLDER)
 
 
 def push_dvc(
@@ -224,57 +207,6 @@ def ensure_image(
 # ---------------------------------------------------------------- the expected image id
 
 
-def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any) -> None:
-    """Record, in the committed build/image.refs.json, the id a reproducible build of the recipe
-    gives on its base (the base's id with it: the air-gapped base of
-    scripts/build-base-image.sh differs from machine to machine, so the id is a function of the
-    recipe and of the base's id)."""
-    base = str(rec["base_image"])
-    refs = read_refs(root)
-    refs[rec["recipe"]] = {
-        **refs.get(rec["recipe"], {}),
-        "build": {"image_id": image_id, "base_image": base, "base_id": _base_id(client, base)},
-    }
-    write_json(root / REFS_JSON, refs)
-
-
-def recorded_differs(
-    root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any
-) -> str | None:
-    """The id build/image.refs.json records for the recipe on this base, when `image_id` (a
-    build's or a pull's) is another one (None: no record for this base, or the same id)."""
-    recorded = read_refs(root).get(str(rec["recipe"]), {}).get("build")
-    if not isinstance(recorded, dict) or not recorded.get("image_id"):
-        return None
-    if recorded.get("base_id") != _base_id(client, str(rec["base_image"])):
-        return None  # recorded on another base (the air-gapped one differs per machine)
-    want = str(recorded["image_id"])
-    return None if want == image_id else want
-
-
-def warn_if_unexpected(
-    root: Path, rec: Mapping[str, Any], image_id: str, how: str, *, client: Any
-) -> None:
-    """One warning, naming both ids, when a build or pull gives another image than the one
-    build/image.refs.json records for this recipe and base."""
-    want = recorded_differs(root, rec, image_id, client=client)
-    if want is not None:
-        log.warning(
-            "image: %s gave %s for recipe %s on base %s, but %s records %s: not the recorded"
-            " image (`lfbench image verify` rebuilds and compares)",
-            how,
-            image_id,
-            rec["tag"],
-            rec["base_image"],
-            REFS_JSON,
-            want,
-        )
-
-
-def _base_id(client: Any, base: str) -> str:
-    return str(ensure_base(client, base).id)
-
-
 def verify(
     root: Path,
     rec: Mapping[str, Any],
@@ -292,7 +224,7 @@ def verify(
         )
     recorded = read_refs(root).get(rec["recipe"], {}).get("build")
     present = find_image(client, rec)
-    base_id = _base_id(client, str(rec["base_image"]))
+    base_id = base_image_id(client, str(rec["base_image"]))
     if recorded and recorded.get("base_id") != base_id:
         raise LfbenchError(
             f"image verify: {REFS_JSON} records the image of recipe {rec['tag']} on base "

@@ -1,9 +1,9 @@
 """One stage of `lfbench repro --jobs`, as a Dask task: run its command, report, stop on demand.
 
-The driver (`pipeline/tools/parallel.py`) decides what runs and does every DVC step itself;
-a task only runs a stage's command, the way `dvc repro` runs it (the user's shell with
-`--noprofile --norc -c`, `DVC_ROOT` and `DVC_STAGE` set), with its output in a log file, and
-returns its exit status. While it runs, the task
+The driver (`pipeline/runner/driver.py`) decides what runs and does every DVC step itself
+(`pipeline/runner/steps.py`); a task only runs a stage's command, the way `dvc repro` runs it
+(the user's shell with `--noprofile --norc -c`, `DVC_ROOT` and `DVC_STAGE` set), with its
+output in a log file, and returns its exit status. While it runs, the task
 
 - publishes the stage's progress (`requests done / total` from the model client's progress
   file, `LFBENCH_PROGRESS_FILE`) as Dask events the driver's live view subscribes to;
@@ -14,9 +14,8 @@ returns its exit status. While it runs, the task
   here, and asks the kernel to kill it if the worker dies (`setpriv --pdeathsig`): a worker killed
   mid-stage leaves no orphan sending requests while Dask retries the stage elsewhere.
 
-On a cluster (`lfbench worker`), the task first brings the worker's own clone to the driver's
-state (`pipeline/tools/cluster.py`), runs the stage there under DVC, pushes its outputs and
-run-cache entry to the team's remote, and returns its dvc.lock entry.
+On a cluster (`lfbench worker`), the task is `pipeline/runner/worker.py`'s `run_in_clone`: the
+same command run, with the same DVC steps around it, in the worker's own clone.
 """
 
 from __future__ import annotations
@@ -37,6 +36,9 @@ from typing import Any
 ENV_PROGRESS = "LFBENCH_PROGRESS_FILE"
 POLL_S = 0.5
 KILL_AFTER_S = 10.0  # after the second Ctrl-C, SIGKILL if the stage is still there
+# the files of the driver's workspace a worker's clone takes as they are (the pipeline's
+# definition, and the lock with the stages finished so far)
+SHIPPED = ("params.yaml", "dvc.yaml", "dvc.lock")
 
 
 def stop_event(run: str) -> str:
@@ -61,7 +63,7 @@ class TaskSpec:
     env: dict[str, str]  # on top of the worker's environment
     cores: int  # LFBENCH_WORKERS / LFBENCH_EMBED_WORKERS for the stage (0: not limited)
     cwd: str | None = None  # local: the driver's workspace; cluster: None (the worker's clone)
-    cluster: dict[str, Any] = field(default_factory=dict)  # cluster.py's payload
+    cluster: dict[str, Any] = field(default_factory=dict)  # worker.py's payload
 
 
 @dataclass
@@ -197,18 +199,16 @@ def _read_progress(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def run_stage(spec: TaskSpec) -> TaskResult:
-    """The Dask task: one stage's command (local), or the whole stage in a clone (cluster)."""
+def run_here(spec: TaskSpec) -> TaskResult:
+    """The Dask task of `lfbench repro --jobs`: one stage's command, in the driver's workspace
+    (`spec.cwd`); the driver does the DVC steps around it."""
     started = time.monotonic()
-    host = socket.gethostname()
-    if spec.cluster:
-        from pipeline.tools.cluster import run_in_clone
-
-        return run_in_clone(spec, host, started)
     assert spec.cwd is not None
     cwd = Path(spec.cwd)
     log = log_path(cwd, spec.stage)
     log.unlink(missing_ok=True)
     env = {**os.environ, **spec.env, "DVC_ROOT": str(cwd), "DVC_STAGE": spec.stage}
     rc, stopped = run_commands(spec, cwd, log, env)
-    return TaskResult(spec.stage, rc, host, str(log), time.monotonic() - started, stopped)
+    return TaskResult(
+        spec.stage, rc, socket.gethostname(), str(log), time.monotonic() - started, stopped
+    )

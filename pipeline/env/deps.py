@@ -3,8 +3,9 @@
 DVC re-runs a stage when one of its declared dependencies changes, so every project module a
 stage can execute must lie under one of them. A stage's code is the import closure of
 
-- the module-level imports of `pipeline/cli.py` (the command every stage goes through; its
-  function-level imports serve other commands),
+- the module-level imports of `pipeline/cli.py` and `pipeline/stages/commands.py` (the command
+  line every stage goes through: `lfbench run`, then `lfbench stage <verb>`; their
+  function-level imports serve other commands, or choose the runtime),
 - the stage module its verb names (`lfbench run judge` -> `pipeline/stages/judge.py`),
 - the benchmark package its `--benchmark` names (the registry imports only that one),
 
@@ -37,6 +38,8 @@ STAGE_MODULES = {
     "agreement": "pipeline.stages.agreement",
     "train-local-judge": "pipeline.stages.train_judge",
 }
+# The command line every stage goes through (`lfbench run`, then `lfbench stage <verb>`).
+COMMAND_LINE = (f"{PACKAGE}.cli", f"{PACKAGE}.stages.commands")
 # Folders a stage depends on as a whole (a change anywhere in them re-runs it).
 FOLDERS = ("core", "stages", "llm_judge", "local_judge", "llm", "retrieval", "metrics", "data")
 
@@ -118,7 +121,7 @@ def entry_modules(cmd: str) -> tuple[list[str], list[str]] | None:
     starts = [STAGE_MODULES[argv[2]]]
     if "--benchmark" in argv:
         starts.append(f"{PACKAGE}.benchmarks.{argv[argv.index('--benchmark') + 1]}")
-    return starts, [f"{PACKAGE}.cli"]
+    return starts, list(COMMAND_LINE)
 
 
 def covered(rel: str, deps: Iterable[str]) -> bool:

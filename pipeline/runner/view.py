@@ -13,17 +13,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.tools.parallel import (
+from pipeline.runner.driver import (
     DONE,
     FAILED,
-    RESTORED,
     RUNNING,
     SKIPPED,
     STOPPED,
-    UNCHANGED,
     WAITING,
     StageState,
 )
+from pipeline.runner.steps import RESTORED, UNCHANGED
 
 STYLE = {
     RUNNING: "bold cyan",

@@ -1,0 +1,1 @@
+"""Authoring: a new benchmark from the template, the model client's micro-benchmark."""

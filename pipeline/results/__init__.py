@@ -1,0 +1,1 @@
+"""Looking at results: compare two runs, the report, people's audits of a judge, the MLflow UI."""

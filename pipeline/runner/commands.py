@@ -1,0 +1,168 @@
+"""Running the stages from the command line: `lfbench repro` (`dvc repro` with independent
+stages side by side, on this machine or a Dask cluster), `lfbench worker` (a cluster's worker)
+and `lfbench prune`; `lfbench plan` (what a repro would send, or DVC's dry run)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from pipeline.core.options import Seconds, params_option
+from pipeline.core.params import load_params
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
+@params_option
+@click.option(
+    "--seconds-per-request",
+    type=Seconds(),
+    default=None,
+    help="Assumed time of one request, for the time of stages without a rate limit or a"
+    " measured rate (requests run max_concurrency at a time).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--dry",
+    is_flag=True,
+    help="Instead: DVC's own dry run, `dvc repro --dry [TARGETS]` (the commands in the order"
+    " it runs them), which plain DVC fails on a stage whose inputs another has yet to make.",
+)
+def plan(
+    targets: tuple[str, ...],
+    params_path: Path,
+    seconds_per_request: float | None,
+    as_json: bool,
+    dry: bool,
+) -> None:
+    """What `dvc repro [TARGETS]` would send, sending nothing: per stage DVC reports changed,
+    model and judge, the requests (less the response cache's hits), prompt and completion
+    tokens, dollars and time."""
+    from pipeline.stages.plan import dvc_dry_run, plan_project, render
+
+    if dry:
+        dvc_dry_run(Path.cwd(), targets)
+        return
+    result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
+    else:
+        click.echo(render(result), nl=False)
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Stages at once (at most: stages that use the CPU are also limited to the cores).",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="ADDRESS",
+    help="A Dask scheduler (tcp://HOST:8786): run the stages on its `lfbench worker`s, each in"
+    " its own clone, sharing the team's DVC remote, MLflow server and response cache.",
+)
+@click.option(
+    "--shared-cache/--no-shared-cache",
+    default=True,
+    show_default=True,
+    help="--cluster: require the workers to share the driver's response cache"
+    " (LFBENCH_CACHE_URL); --no-shared-cache lets each worker keep its own, and a request two"
+    " workers need is then paid by each.",
+)
+@click.option(
+    "--connect-timeout",
+    type=Seconds(),
+    default=None,
+    metavar="SECONDS",
+    help="--cluster: how long the scheduler has to answer [default: 10 s].",
+)
+@click.option("-f", "--force", is_flag=True, help="Run every stage, changed or not.")
+def repro(
+    targets: tuple[str, ...],
+    jobs: int,
+    cluster: str | None,
+    shared_cache: bool,
+    connect_timeout: float | None,
+    force: bool,
+) -> None:
+    """`dvc repro [TARGETS]` with independent stages side by side: the same stages, the same
+    dvc.lock and outputs, each stage as soon as the stages it depends on are done."""
+    from pipeline.runner.cluster import DRIVER_CONNECT_S
+    from pipeline.runner.driver import failed_log_tail, run_repro, summary
+    from pipeline.runner.view import LiveView
+
+    result = run_repro(
+        Path.cwd(),
+        targets,
+        jobs=jobs,
+        cluster=cluster,
+        force=force,
+        view=LiveView(),
+        shared_cache=shared_cache,
+        connect_timeout=connect_timeout or DRIVER_CONNECT_S,
+    )
+    for line in summary(result):
+        click.echo(line, err=True)
+    for st in result.failed:
+        tail = failed_log_tail(st)
+        if tail:
+            click.echo(f"last lines of {st.name}'s log:\n{tail}", err=True)
+    if result.interrupted:
+        sys.exit(130)
+    if not result.ok:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("scheduler")
+@click.option(
+    "--clone",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path.cwd,
+    show_default="the current folder",
+    help="This worker's clone of the project (set up like every machine of the team).",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--name", default=None, help="The worker's name on the cluster.")
+@click.option(
+    "--connect-timeout",
+    type=Seconds(),
+    default=None,
+    metavar="SECONDS",
+    help="How long to wait for the scheduler to answer at start [default: 120 s].",
+)
+def worker(
+    scheduler: str, clone: Path, jobs: int, name: str | None, connect_timeout: float | None
+) -> None:
+    """A Dask worker for `lfbench repro --cluster SCHEDULER`: runs stages in its own clone,
+    pulling what they read from the team's DVC remote and pushing what they make."""
+    from pipeline.runner.cluster import WORKER_CONNECT_S, serve
+
+    serve(scheduler, clone, jobs, name, connect_timeout or WORKER_CONNECT_S)
+
+
+@click.command()
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also remove outputs whose content is not in the DVC cache (edited by hand), after"
+    " saving them in the cache.",
+)
+def prune(force: bool) -> None:
+    """Drop what stages no longer in dvc.yaml left behind (a model or judge removed from
+    params.yaml): their dvc.lock entries and their outputs in the workspace (they stay in the
+    DVC cache). An output whose content is not in the cache is refused: nothing is pruned
+    (--force saves it in the cache first). `lfbench repro` does it first."""
+    from pipeline.runner.prune import prune_workspace
+
+    gone = prune_workspace(Path.cwd(), force=force)
+    click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
