@@ -34,8 +34,8 @@ def test_every_stage_of_dvc_yaml_depends_on_the_code_it_runs() -> None:
 def test_a_missing_folder_is_found(tmp_path: Path) -> None:
     """Remove the stage layer from one stage's deps: the check names that stage and the files."""
     doc = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
-    deps_list = doc["stages"]["summhay-judge"]["deps"]
-    deps_list.remove("pipeline/stages")
+    judge = doc["stages"]["summhay-judge"]  # its deps are its shape's (shared with the others)
+    judge["deps"] = [d for d in judge["deps"] if d != "pipeline/stages"]
     broken = tmp_path / "dvc.yaml"
     broken.write_text(yaml.safe_dump(doc), encoding="utf-8")
     bad = {c.stage: c.uncovered for c in deps.check(ROOT, broken) if c.uncovered}

@@ -33,8 +33,12 @@ def test_the_stages_and_section_land_in_this_projects_files(tmp_path: Path) -> N
     create("toy", root, root / "params.yaml", root / "dvc.yaml")
     after = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
     added = set(after["stages"]) - set(before["stages"])
-    assert added == {f"toy-{s}" for s in ("construct", "generate", "judge", "aggregate")}
-    assert after["plots"] == before["plots"]  # the other top-level keys are untouched
+    kinds = ("construct", "retrieve", "generate", "judge", "aggregate")
+    assert added == {f"toy-{s}" for s in kinds}
+    assert after["plots"][:-1] == before["plots"]  # the others' plots are untouched
+    # the folders its stages read: its raw data, its retrievers' outputs
+    assert (root / "inputs" / "toy" / "README.md").is_file()
+    assert (root / "retrievals" / "toy").is_dir() and (root / "retrievals/lineage/toy").is_dir()
     params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
     assert params["toy"]["judges"] == ["toy-match"]
     assert params["judges"]["toy-match"] == {"provider": "toy-match"}
@@ -50,6 +54,49 @@ def test_the_stages_and_section_land_in_this_projects_files(tmp_path: Path) -> N
     judge = after["stages"]["toy-judge"]
     assert "models/local-judge/model.json" not in judge["deps"]
     assert all("local-judge" not in str(d) for s in added for d in after["stages"][s]["deps"])
+
+
+def test_a_new_benchmark_adds_at_most_30_lines_to_dvc_yaml(tmp_path: Path) -> None:
+    """Issue 43: its stages are dvc.yaml's shapes with its name (they were 118 lines)."""
+    root = _project(tmp_path)
+    before = (root / "dvc.yaml").read_text(encoding="utf-8").splitlines()
+    create("toy", root, root / "params.yaml", root / "dvc.yaml")
+    after = (root / "dvc.yaml").read_text(encoding="utf-8").splitlines()
+    assert len(after) - len(before) <= 30
+    assert [line for line in before if line not in after] == []  # only lines added
+
+
+def test_the_scaffold_wires_the_main_metric_as_a_plot(tmp_path: Path) -> None:
+    """Issue 43: the template wired no plot points. The scaffolded aggregate stage writes
+    reports/<name>.points.json (an output of its stage) and dvc.yaml plots its main metric."""
+    from pipeline.benchmarks._template.benchmark import Template
+
+    root = _project(tmp_path)
+    create("toy", root, root / "params.yaml", root / "dvc.yaml")
+    plots = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["plots"]
+    (plot,) = [p for p in plots if isinstance(p, dict) and "toy recall" in p]
+    main = Template.metrics[0].name
+    assert plot["toy recall"]["x"] == {"reports/toy.points.json": main}
+    assert plot["toy recall"]["y"] == {"reports/toy.points.json": "run"}
+    from pipeline.core import dvcfile
+
+    aggregate = dvcfile.stages(root / "dvc.yaml")["toy-aggregate"]
+    assert "reports/toy.points.json" in dvcfile.paths(aggregate["outs"])
+    assert Template.results.plotted in (None, ())  # so the aggregate plots the main metric
+
+
+def test_the_new_package_describes_itself_not_the_template(tmp_path: Path) -> None:
+    """Issue 43: its `__init__.py` said it was "a small working benchmark to start a new one
+    from (`lfbench new-benchmark NAME` copies this folder, renaming `toy`)"."""
+    import ast
+
+    root = _project(tmp_path)
+    create("toy", root, root / "params.yaml", root / "dvc.yaml")
+    init = (root / "pipeline" / "benchmarks" / "toy" / "__init__.py").read_text(encoding="utf-8")
+    doc = ast.get_docstring(ast.parse(init)) or ""
+    assert doc.startswith("toy: ") and "README.md in this folder" in doc
+    assert "renaming" not in doc and "start a new one" not in doc and "_template" not in init
+    assert "register(Toy())" in init
 
 
 def test_with_the_local_judge_its_judge_stages_depend_on_its_model(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
 """`lfbench new-benchmark NAME`: a new benchmark package from `pipeline/benchmarks/_template`.
 
 Copies the template (a small working benchmark: fact recall of answers over documents) to
-`pipeline/benchmarks/NAME/`, renaming it, with a README stub of its own, writes its test file
-(`tests/benchmarks/NAME/`), and, unless asked not to, adds its params section and its own judge's
-entry to params.yaml and its four stages to dvc.yaml. Its judge stages depend on the local
-judge's model only with `--local-judge` (which lists the local judge in its section). Nothing else
-is touched: the registry finds the new package by itself, and the test suite's benchmark lists
-come from the registry. Then `dvc repro NAME-aggregate` runs it end to end.
+`pipeline/benchmarks/NAME/`, renaming it, with a README stub and an `__init__.py` of its own,
+writes its test file (`tests/benchmarks/NAME/`) and its folders of inputs (`inputs/NAME/`) and
+retrievals (`retrievals/NAME/`, `retrievals/lineage/NAME/`), and, unless asked not to, adds its
+params section and its own judge's entry to params.yaml, and to dvc.yaml its stages (the shapes
+of dvc.yaml with its name: about 25 lines) and its plot (the main metric of each run). Its judge
+stages depend on the local judge's model only with `--local-judge` (which lists the local judge
+in its section). Nothing else is touched: the registry finds the new package by itself, and the
+test suite's benchmark lists come from the registry. Then `dvc repro NAME-aggregate` runs it.
 """
 
 from __future__ import annotations
@@ -24,10 +26,17 @@ from pipeline.core.errors import ConfigError
 TEMPLATE = "_template"
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_MAX = 64
-SNIPPETS = ("params.snippet.yaml", "dvc.snippet.yaml", "judges.snippet.yaml")
+SNIPPETS = ("params.snippet.yaml", "dvc.snippet.yaml", "judges.snippet.yaml", "plots.snippet.yaml")
 TESTS = "test.py.snippet"  # -> tests/benchmarks/NAME/test_NAME.py
 STUB = "README.stub.md"  # -> the package's README.md (the template's own is its manual)
-LOCAL_DEP = "  # the local judge"  # the dvc.yaml line of the local judge's model
+INIT = "init.py.snippet"  # -> the package's __init__.py (the template's own describes the template)
+JUDGE, JUDGE_LOCAL = "<<: *judge\n", "<<: *judge-local\n"  # the judge stage's shape in dvc.yaml
+INPUTS = """# Your {name} data
+
+The raw files of the {name} benchmark (`{name}.source` in params.yaml can name one here). This
+folder is a dependency of the `{name}-construct` stage, so editing your data re-runs what depends
+on it.
+"""
 TEXT = (".py", ".txt", ".md", ".yaml")
 
 
@@ -48,22 +57,50 @@ def _judges_entry(old: str, entry: str, path: Path) -> str:
     return "".join([*lines[: at + 1], entry, *lines[at + 1 :]])
 
 
-def _appended(path: Path, text: str, name: str, judges_entry: str | None = None) -> str:
+def _plot_entry(old: str, entry: str, path: Path) -> str:
+    """dvc.yaml with the benchmark's plot last in its top-level `plots:` (which it adds, first in
+    the file, when there is none)."""
+    lines = old.splitlines(keepends=True)
+    at = next((n for n, line in enumerate(lines) if line.rstrip() == "plots:"), None)
+    if at is None:
+        return "plots:\n" + entry + "\n" + old
+    end = next(
+        (n for n in range(at + 1, len(lines)) if lines[n][:1] not in (" ", "#", "\n", "")),
+        len(lines),
+    )
+    while end > at + 1 and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+        end -= 1  # the blank lines and comments before the next key stay with it
+    return "".join([*lines[:end], entry, *lines[end:]])
+
+
+def _appended(
+    path: Path,
+    text: str,
+    name: str,
+    judges_entry: str | None = None,
+    plot: str | None = None,
+) -> str:
     """The file with a snippet appended, checked to land where it belongs: the section at the
     top level of params.yaml (and its judge's entry under `judges:`), the stages under `stages:`
-    of dvc.yaml (which must come last)."""
+    of dvc.yaml (which must come last, after the stage shapes) and its plot under `plots:`."""
     old = path.read_text(encoding="utf-8")
     if judges_entry is not None:
         old = _judges_entry(old, judges_entry, path)
+    if plot is not None:
+        old = _plot_entry(old, plot, path)
     new = old.rstrip("\n") + "\n" + text
     try:
         doc = yaml.safe_load(new) or {}
     except yaml.YAMLError as e:
+        shapes = "stage shapes (`shape-construct: ... do: &construct`, ...)"
         raise ConfigError(
-            f"{path}: appending the {name} snippet would break it (is `stages:` the last key?): {e}"
+            f"{path}: appending the {name} snippet would break it (is `stages:` the last key,"
+            f" after the {shapes} of lfbench's dvc.yaml?): {e}"
         ) from e
     if judges_entry is not None and f"{name}-match" not in (doc.get("judges") or {}):
         raise ConfigError(f"{path}: the {name}-match judge would not land under `judges:`")
+    if plot is not None and not any(f"{name} " in str(p) for p in doc.get("plots") or []):
+        raise ConfigError(f"{path}: the {name} plot would not land under `plots:`")
     if name not in doc and f"{name}-construct" not in (doc.get("stages") or {}):
         raise ConfigError(
             f"{path}: the {name} snippet would not land in place (is `stages:` the last key?);"
@@ -126,7 +163,12 @@ def create(
     source, dest = benchmarks / TEMPLATE, benchmarks / name
     tests = root / "tests" / "benchmarks" / name
     check_name(name, source)
-    for there in (dest, tests):
+    folders = [
+        root / "inputs" / name,
+        root / "retrievals" / name,
+        root / "retrievals/lineage" / name,
+    ]
+    for there in (dest, tests, *folders):
         if there.exists():
             raise ConfigError(f"{there} already exists")
     params = yaml.safe_load(params_path.read_text(encoding="utf-8")) if params_path else {}
@@ -141,37 +183,46 @@ def create(
 
     section = snippet(SNIPPETS[0])
     stage_text = snippet(SNIPPETS[1])
-    if local_judge:
+    if local_judge:  # its judge stages depend on the local judge's model (DVC trains it first)
         section = section.replace(f"judges: [{name}-match]", f"judges: [{name}-match, local]")
-        stage_text = stage_text.replace(LOCAL_DEP, "")
-    else:  # no dependency on the local judge's model unless the benchmark uses it
-        stage_text = "".join(x for x in stage_text.splitlines(True) if LOCAL_DEP not in x)
+        stage_text = stage_text.replace(JUDGE, JUDGE_LOCAL)
     # both files are checked before anything is written: a refusal leaves the project as it was
     new_params = (
         _appended(params_path, section, name, snippet(SNIPPETS[2]))
         if params_path is not None
         else None
     )
-    new_dvc = _appended(dvc_file, stage_text, name) if dvc_file is not None else None
-    ignore = shutil.ignore_patterns("__pycache__", *SNIPPETS, TESTS, STUB, "README.md")
+    new_dvc = (
+        _appended(dvc_file, stage_text, name, plot=snippet(SNIPPETS[3]))
+        if dvc_file is not None
+        else None
+    )
+    ignore = shutil.ignore_patterns("__pycache__", *SNIPPETS, TESTS, STUB, INIT, "README.md")
     shutil.copytree(source, dest, ignore=ignore)
     for path in sorted(dest.rglob("*")):
         if path.is_file() and path.suffix in TEXT:
             path.write_text(renamed(path.read_text(encoding="utf-8"), name), encoding="utf-8")
     (dest / "README.md").write_text(snippet(STUB), encoding="utf-8")
+    (dest / "__init__.py").write_text(snippet(INIT), encoding="utf-8")
+    for folder in folders:  # the folders its stages read (its raw data; its retrievers' outputs)
+        folder.mkdir(parents=True)
+    (folders[0] / "README.md").write_text(INPUTS.format(name=name), encoding="utf-8")
+    for folder in folders[1:]:
+        (folder / ".gitkeep").write_text("", encoding="utf-8")
     tests.mkdir(parents=True)
     (tests / "__init__.py").write_text("", encoding="utf-8")
     (tests / f"test_{name}.py").write_text(snippet(TESTS), encoding="utf-8")
     lines = [
         f"created {dest.relative_to(root)}/ from {TEMPLATE}",
         f"created {tests.relative_to(root)}/test_{name}.py",
+        f"created {', '.join(str(f.relative_to(root)) + '/' for f in folders)}",
     ]
     if params_path is not None and new_params is not None:
         params_path.write_text(new_params, encoding="utf-8")
         lines.append(f"added the {name} section and the {name}-match judge to {params_path}")
     if dvc_file is not None and new_dvc is not None:
         dvc_file.write_text(new_dvc, encoding="utf-8")
-        lines.append(f"appended the {name} stages to {dvc_file}")
+        lines.append(f"added the {name} stages and its plot to {dvc_file}")
     lines.append(
         f"next: edit {dest.relative_to(root)}/ (the template's README says what to change), then"
         f" `dvc repro {name}-aggregate` and `pytest {tests.relative_to(root)}`"

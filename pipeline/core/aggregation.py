@@ -38,6 +38,8 @@ def score(
     bench: AnyBenchmark, ctx: Context[Any], dataset: Sequence[Any], runs: Sequence[Run]
 ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
     """The typed rows, sorted (`results.order`), and per row key the item scores behind it."""
+    from pipeline.core import extensions
+
     if not bench.metrics:
         raise NotImplementedError(f"{bench.name} declares no metrics")
     if bench.metrics[0].higher_is_better is None:  # it ranks the rows
@@ -47,12 +49,12 @@ def score(
         bench.name,
         bench.metrics,
         runs,
-        bench.scored_items(dataset),
+        extensions.scored_items(bench, dataset),
         lambda item, g, j: bench.item_score(ctx, item, g, j),
         group_keys=decl.group_keys,
         unjudged=decl.unjudged,
         failed_keys=lambda item, g: bench.failed_keys(ctx, item, g),
-        failed_outcome=lambda item, g: bench.failed_outcome(ctx, item, g),
+        failed_outcome=lambda item, g: extensions.failed_outcome(bench, ctx, item, g),
     )
     main = bench.metrics[0]
     for row in scoring.rows:

@@ -9,15 +9,18 @@ nothing to MLflow. Its core, as a subclass of `Benchmark`:
   `Inputs` it is handed and asking a model only through the `Asker` it is handed;
 - how to prompt a model for an item (`plan_generations`) and the outputs that need no model
   (`offline_generations`: baselines, replayed releases, its own providers);
-- its metrics, declared (`metrics`, `results`), and how one judged output scores (`item_score`).
+- its metrics, declared (`metrics`, `results`), and how one judged output scores (`item_score`):
+  both required.
 
 Everything else is an optional capability, declared once as an attribute (None: it has none):
 `llm_judge` (`LLMJudge`), `coverage` (the local judge, or a coverage judge of its own),
-`no_model_judge`, `released` (a paper's judgements replayed), `agreement` (judges against human
-labels), `judge_training` (cases for the local judge), `scorer` (`lfbench score`), `audit`
-(people audit a judge on a run's outputs: a verdict's label scale and what the judge saw) and
-`paper` (a paper's own tables and figures). The judge providers a benchmark offers follow from
-what it declares (`judge_providers`), and how it runs a judge entry is resolved once
+`no_model_judge`, `agreement` (judges against human labels), `audit` (people audit a judge on a
+run's outputs: a verdict's label scale and what the judge saw), `paper` (a paper's own tables
+and figures), `retrieval` (the user's retrievers) and `systems` (whole RAG systems as models).
+What one paper alone needs is an extension (`extensions`, pipeline/core/extensions.py: SummHay's
+released judgements, the local judge's training cases and haystacks of several items; CRUD-RAG's
+`lfbench score` and empty outputs counted as items). The judge providers a benchmark offers
+follow from what it declares (`judge_providers`), and how it runs a judge entry is resolved once
 (`judge_kind`).
 
 The stage layer (`pipeline/stages/`) does everything else, the same way for every benchmark:
@@ -31,7 +34,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
@@ -49,10 +52,8 @@ from pipeline.core.config import (
 )
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
-from pipeline.core.records import Generation, Judgement, LabelledCase, Verdict
+from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.core.results import (
-    Excluded,
-    Invalid,
     ItemScore,
     Metric,
     Outcome,
@@ -466,27 +467,19 @@ class NoModelJudge(ABC, Generic[P, I]):
         return None
 
 
-class ReleasedJudgements(ABC, Generic[P, D]):
-    """A paper's released judgements, replayed (judge provider `published`), an optional
-    capability. They judge the released outputs only."""
-
-    @abstractmethod
-    def judgements(
-        self, ctx: Context[P], judge: str, spec: JudgeSpec, dataset: Sequence[D], gens: Gens
-    ) -> list[Judgement]: ...
-
-
 JudgeKind: TypeAlias = Literal["llm", "coverage", "no_model", "released"]
 
 
 def judge_providers(bench: AnyBenchmark) -> frozenset[str]:
     """The core judge providers a benchmark offers: those of the judging it declares."""
+    from pipeline.core.extensions import ReleasedJudgements
+
     return frozenset(
         provider
         for provider, has in (
             ("openai", bench.llm_judge),
             ("local", bench.coverage),
-            ("published", bench.released),
+            ("published", ReleasedJudgements.of(bench)),
         )
         if has is not None
     )
@@ -513,7 +506,9 @@ def judge_kind(bench: AnyBenchmark, judge: str, spec: JudgeSpec) -> JudgeKind:
     if isinstance(spec, OpenAIJudge):
         kind: JudgeKind | None = "llm" if bench.llm_judge is not None else None
     elif isinstance(spec, PublishedJudge):
-        kind = "released" if bench.released is not None else None
+        from pipeline.core.extensions import ReleasedJudgements
+
+        kind = "released" if ReleasedJudgements.of(bench) is not None else None
     elif isinstance(spec, LocalJudge):
         kind = "coverage" if bench.coverage is not None else None
     elif bench.coverage is not None and bench.coverage.judge(spec) is not None:
@@ -882,45 +877,27 @@ class PriorLabel:
     human_label: str
 
 
-@dataclass(frozen=True)
-class TrainingData:
-    """Labelled cases for the local judge: what it is trained on, what is held out entirely
-    (measured, never seen), and why groups were excluded."""
-
-    train: list[LabelledCase]
-    train_groups: list[str]
-    heldout: list[LabelledCase]
-    heldout_groups: list[str]
-    excluded: dict[str, str]
-    reference: str  # who labelled the cases (e.g. "published GPT-4o (SummHay release)")
-    reference_key: str  # its short name in the metrics' keys (e.g. "gpt4o")
-
-
-class JudgeTraining(ABC, Generic[P]):
-    """Released judgements a benchmark offers to train the local judge on."""
-
-    @abstractmethod
-    def cases(self, ctx: Context[P], spec: LocalJudge, annotated_path: str) -> TrainingData:
-        """Training and held-out cases; never a case from the human-annotated set's groups."""
-
-
-class Scorer(ABC):
-    """Scores a user's own outputs against references without the pipeline (`lfbench score`):
-    each line `{"id", "generation", "reference"}` back with `metrics` (or `error` where the
-    line cannot be scored). The pipeline's aggregate uses the same functions."""
-
-    @abstractmethod
-    def score_line(self, generation: str, reference: str) -> dict[str, float]:
-        """The metrics of one output; raises ValueError (the `error` written) when it cannot be
-        scored (e.g. an empty output)."""
-
-
 # ---------------------------------------------------------------- the contract
+
+
+class Extension:
+    """The base of what one paper needs beyond the contract (pipeline/core/extensions.py): a
+    benchmark lists its extensions in `Benchmark.extensions`, the stage layer asks for a kind
+    with `Kind.of(bench)`."""
+
+    @classmethod
+    def of(cls, bench: Benchmark[Any, Any, Any]) -> Self | None:
+        """The benchmark's extension of this kind, if it declares one."""
+        found = [e for e in bench.extensions if isinstance(e, cls)]
+        if len(found) > 1:
+            raise ConfigError(f"{bench.name} declares {len(found)} extensions {cls.__name__}")
+        return found[0] if found else None
 
 
 class Benchmark(ABC, Generic[P, D, I]):
     """One benchmark (see the module docstring). Subclasses set the class attributes and
-    implement the abstract methods; mypy checks them against these signatures."""
+    implement the abstract members (`metrics`, and the methods marked abstract); mypy checks
+    them against these signatures."""
 
     name: ClassVar[str]
     title: ClassVar[str] = ""  # for reports (default: the name)
@@ -939,14 +916,15 @@ class Benchmark(ABC, Generic[P, D, I]):
     llm_judge: LLMJudge[Any] | None = None  # judging by an LLM (provider openai)
     coverage: Coverage[Any, Any] | None = None  # the local judge, or a coverage judge of its own
     no_model_judge: NoModelJudge[Any, Any] | None = None  # a judge of its own that needs no model
-    released: ReleasedJudgements[Any, Any] | None = None  # a paper's judgements, replayed
     agreement: HumanAgreement[Any, Any] | None = None  # judges against human labels
-    judge_training: JudgeTraining[Any] | None = None  # cases to train the local judge on
-    scorer: Scorer | None = None  # `lfbench score`: a user's outputs without the pipeline
     audit: Audit[Any, Any] | None = None  # people audit a judge on a run (`lfbench audit`)
     paper: Paper[Any, Any] | None = None  # a paper's own tables and figures
     retrieval: Retrieval[Any, Any] | None = None  # the user's retrievers (retrieval stages)
     systems: Systems[Any, Any] | None = None  # whole RAG systems as models (python, outputs)
+    # What one paper needs beyond these (pipeline/core/extensions.py: released judgements,
+    # the local judge's training cases, records of several items, `lfbench score`, failed
+    # outputs counted as items), each kind at most once.
+    extensions: tuple[Extension, ...] = ()
 
     def check_params(self, section: P, params: Params) -> None:
         """Cross-checks between the section and the model/judge entries (raise ValueError)."""
@@ -961,12 +939,6 @@ class Benchmark(ABC, Generic[P, D, I]):
     @abstractmethod
     def items(self, dataset: Sequence[D]) -> dict[str, I]:
         """The dataset's items by item id (what generations answer and judges check)."""
-
-    def restrict(self, dataset: Sequence[D], keep: set[str]) -> list[D]:
-        """The dataset cut to the items in `keep` (a model's own slice). By default the records
-        are the items (each with an `item_id`); a benchmark whose records hold several items
-        (SummHay's haystacks, CRUX's collections) cuts inside them."""
-        return [r for r in dataset if getattr(r, "item_id", None) in keep]
 
     # ---- generate
 
@@ -986,34 +958,26 @@ class Benchmark(ABC, Generic[P, D, I]):
     # metric is the main one (headlines, plots, rankings). The stage layer does the rest
     # (pipeline/core/aggregation.py).
 
-    metrics: ClassVar[tuple[Metric, ...]] = ()
+    @property
+    @abstractmethod
+    def metrics(self) -> tuple[Metric, ...]:
+        """Its metrics, the main one first: a subclass declares them as a class attribute,
+        `metrics = (Metric("recall", ...),)` (at least one)."""
+
     results: ClassVar[Results] = Results()
 
+    @abstractmethod
     def item_score(
         self, ctx: Context[P], item: Any, generation: Generation, judgement: Judgement
     ) -> Outcome:
         """One judged generation's score (`Scored`), or why it is left out (`Excluded`,
         `Invalid`)."""
-        raise NotImplementedError(f"{self.name} declares no item scores")
-
-    def scored_items(self, dataset: Sequence[D]) -> Mapping[str, Any]:
-        """What `item_score` and `failed_keys` get for each item id (default: `items`; e.g.
-        SummHay's subtopic with its haystack)."""
-        return self.items(dataset)
 
     def failed_keys(
         self, ctx: Context[P], item: Any, generation: Generation
     ) -> Sequence[Mapping[str, str]]:
         """The `group_keys` of each row a failed or unjudged generation counts in."""
         return [{}]
-
-    def failed_outcome(
-        self, ctx: Context[P], item: I, generation: Generation
-    ) -> Invalid | Excluded | None:
-        """A failed generation the benchmark counts as an invalid or excluded item, with its
-        reason and row keys (e.g. an empty output its metrics cannot score); None (default):
-        counted as a failed generation."""
-        return None
 
     def row_extra(self, ctx: Context[P], row: ResultRow, scores: Sequence[ItemScore]) -> None:
         """Add the benchmark's own columns to a row (`row.extra`), e.g. its knobs."""

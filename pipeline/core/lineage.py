@@ -35,15 +35,16 @@ def _not_dirt(root: Path) -> list[str]:
     beside its outputs, and every declared output, e.g. the git-tracked metrics files DVC deletes
     before re-running a stage): changes there do not make the code or the configuration dirty."""
     specs = [":!dvc.lock", ":(exclude,glob)**/.gitignore"]
+    from pipeline.core import dvcfile
+    from pipeline.core.errors import ConfigError
+
     try:
-        stages = load_yaml_text((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
-        stages = stages.get("stages") or {}
-    except (OSError, yaml.YAMLError):
+        stages = dvcfile.stages(root / "dvc.yaml")
+    except ConfigError:
         return specs
     for stage in stages.values():
         for kind in ("outs", "metrics", "plots"):
-            for entry in stage.get(kind) or []:
-                path = next(iter(entry)) if isinstance(entry, dict) else str(entry)
+            for path in dvcfile.paths(stage.get(kind)):
                 prefix = path.split("${", 1)[0]
                 if prefix:
                     specs.append(f":!{prefix}")

@@ -27,6 +27,11 @@ _REGISTRY: dict[str, AnyBenchmark] = {}
 def register(benchmark: AnyBenchmark) -> AnyBenchmark:
     """Called by a benchmark package's `__init__.py`. A name can be registered once."""
     name = benchmark.name
+    if not benchmark.metrics:
+        raise ConfigError(
+            f"benchmark {name!r} declares no metrics: `metrics = (Metric(...), ...)`, the main"
+            " one first"
+        )
     if name in _REGISTRY:
         raise ConfigError(
             f"benchmark {name!r} is registered twice ({type(_REGISTRY[name]).__module__} and"

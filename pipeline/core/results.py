@@ -270,12 +270,13 @@ class Results:
     """A benchmark's result rows, declared (beside its `metrics`): the row keys it adds to
     (model, system, setting, judge), what an ok generation without a judgement is (an error, or
     counted `n_unjudged`, e.g. a judge that rates a sample), the rows' order, the metrics its DVC
-    plots show (`reports/<name>.points.json`; () writes none), the summary and the MLflow runs."""
+    plots show (`reports/<name>.points.json`, the first on the plot of dvc.yaml; None: the main
+    metric), the summary and the MLflow runs."""
 
     group_keys: tuple[str, ...] = ()
     unjudged: Literal["error", "count"] = "error"
     order: Callable[[ResultRow], tuple[Any, ...]] | None = None
-    plotted: tuple[str, ...] = ()
+    plotted: tuple[str, ...] | None = None
     summary: Summary = Summary()
     runs: RunFields = RunFields()
 

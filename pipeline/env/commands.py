@@ -297,4 +297,12 @@ def check(params_path: Path, dvc_file: Path) -> None:
             f"{dvc_file}: a judge stage whose benchmark lists the local judge must depend on its"
             f" model (add it to the stage's deps): {'; '.join(untrained)}"
         )
-    click.echo(f"{dvc_file}: every stage depends on the code it runs")
+    from pipeline.stages.entries import unlisted
+
+    missing = unlisted(params, dvc_file)
+    if missing:
+        raise LfbenchError(
+            f"{dvc_file}: a stage reads a params.yaml entry its params do not list (add it to"
+            f" the stage's params, so a change to it re-runs the stage): {'; '.join(missing)}"
+        )
+    click.echo(f"{dvc_file}: every stage depends on the code it runs and the entries it reads")

@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import dvcfile
 from pipeline.core.config import LocalJudge, Params
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import read_text
@@ -134,7 +135,7 @@ def stage_code(root: Path, stage: str, spec: dict[str, Any]) -> StageCode | None
         return None
     starts, shallow = entry
     files = closure(root, starts, shallow)
-    deps = [str(d) if isinstance(d, str) else str(next(iter(d))) for d in spec.get("deps", [])]
+    deps = dvcfile.paths(spec.get("deps"))
     rels = sorted(str(f.relative_to(root)) for f in files)
     return StageCode(stage, files, deps, [r for r in rels if not covered(r, deps)])
 
@@ -142,11 +143,8 @@ def stage_code(root: Path, stage: str, spec: dict[str, Any]) -> StageCode | None
 def check(root: Path, dvc_file: Path | None = None) -> list[StageCode]:
     """Every `lfbench run` stage of dvc.yaml with the project files it runs and those its deps
     miss (`uncovered`, empty when the stage is complete)."""
-    import yaml
-
-    doc = yaml.safe_load((dvc_file or root / "dvc.yaml").read_text(encoding="utf-8")) or {}
     out = []
-    for stage, spec in (doc.get("stages") or {}).items():
+    for stage, spec in dvcfile.stages(dvc_file or root / "dvc.yaml").items():
         code = stage_code(root, stage, spec)
         if code is not None:
             out.append(code)
@@ -156,17 +154,14 @@ def check(root: Path, dvc_file: Path | None = None) -> list[StageCode]:
 def missing_models(root: Path, params: Params, dvc_file: Path | None = None) -> list[str]:
     """The judge stages (`lfbench run judge --benchmark B`) whose benchmark lists the local
     judge but whose deps miss its model file (DVC would not train it first): `stage: path`."""
-    import yaml
-
-    doc = yaml.safe_load((dvc_file or root / "dvc.yaml").read_text(encoding="utf-8")) or {}
     out = []
-    for stage, spec in (doc.get("stages") or {}).items():
+    for stage, spec in dvcfile.stages(dvc_file or root / "dvc.yaml").items():
         argv = shlex.split(str(spec.get("cmd", "")))
         if argv[:3] != ["lfbench", "run", "judge"] or "--benchmark" not in argv:
             continue
         bench = argv[argv.index("--benchmark") + 1]
         section = params.raw_section(bench) or {}
-        deps = [str(d) if isinstance(d, str) else str(next(iter(d))) for d in spec.get("deps", [])]
+        deps = dvcfile.paths(spec.get("deps"))
         for judge in section.get("judges", []) if isinstance(section, dict) else []:
             entry = params.judges.get(judge)
             if isinstance(entry, LocalJudge) and entry.model_path not in deps:

@@ -1053,9 +1053,9 @@ def _prior_weights(scale: Scale, labels: Sequence[PriorLabel]) -> list[float]:
 
 def _labels_dep(root: Path, benchmark: str) -> str:
     """The human labels file the benchmark's agreement stage reads (its `--labels`)."""
-    from pipeline.core.config import load_yaml
+    from pipeline.core import dvcfile
 
-    stages = load_yaml(root / "dvc.yaml").get("stages", {})
+    stages = dvcfile.stages(root / "dvc.yaml")
     stage = stages.get(f"{benchmark}-agreement", {})
     cmd = " ".join(stage.get("cmd", "").split()) if isinstance(stage, dict) else ""
     m = re.search(r"--labels\s+(\S+)", cmd)

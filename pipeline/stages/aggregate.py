@@ -193,9 +193,8 @@ def aggregate(
         )
     for name, data in result.figures.items():
         atomic_write_bytes(report_path.parent / name, data)
-    plotted = bench.results.plotted
-    if plotted:
-        write_json(points_path(report_path, bench.name), plot_points(plotted, result.runs))
+    plotted = bench.results.plotted or (bench.metrics[0].name,)
+    write_json(points_path(report_path, bench.name), plot_points(plotted, result.runs))
     log.info("wrote %s (%d rows) and %s", metrics_path, len(result.runs), report_path)
     usage = collect_usage(section.models, section.judges, generations_dir, judgements_dir)
     per_model = model_summary(bench, result.metrics.get("rows", []), usage, section.judges)

@@ -78,12 +78,10 @@ def outputs(generations: Path) -> list[dict[str, Any]]:
 def data_dir(root: Path, benchmark: str) -> Path:
     """The raw-data folder the benchmark's stages read: `--data` of its construct stage in
     dvc.yaml (empty when it has none)."""
-    import yaml
-
+    from pipeline.core import dvcfile
     from pipeline.stages.plan import StageCmd
 
-    doc = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
-    spec = (doc.get("stages") or {}).get(f"{benchmark}-construct") or {}
+    spec = dvcfile.stages(root / "dvc.yaml").get(f"{benchmark}-construct") or {}
     return Path(
         StageCmd.parse(f"{benchmark}-construct", str(spec.get("cmd", ""))).options.get("data", "")
     )

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import extensions
 from pipeline.core.benchmark import AnyBenchmark, Planned
 from pipeline.core.config import OpenAIModel, OutputsModel, Params, PythonModel, Slice
 from pipeline.core.errors import ConfigError
@@ -149,7 +150,7 @@ def sliced(
             f"models.{model}.slice.{bench.name} ({cut.describe()}) selects no item of {where}"
             f" ({len(ids)} items, e.g. {', '.join(ids[:3])})"
         )
-    out = bench.restrict(dataset, keep)
+    out = extensions.restrict(bench, dataset, keep)
     log.info(
         "%s: %s's slice (%s): %d of %d items",
         bench.name,

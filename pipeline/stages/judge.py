@@ -30,6 +30,7 @@ from typing import Any
 from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge, judge_kind, llm_capability
 from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.extensions import ReleasedJudgements
 from pipeline.core.io import read_jsonl, write_jsonl
 from pipeline.core.records import Generation, Judgement, Usage, Verdict
 from pipeline.core.types import EndpointConfig, UsageReport
@@ -247,8 +248,9 @@ def judge(
     speed: Throughput | None = None  # how fast it judged: run state (.lfbench/timing)
     kind = judge_kind(bench, judge_name, spec)
     if kind == "released":
-        assert bench.released is not None  # judge_kind says so
-        js = bench.released.judgements(ctx, judge_name, spec, dataset, gens)
+        released: ReleasedJudgements[Any, Any] | None = ReleasedJudgements.of(bench)
+        assert released is not None  # judge_kind says so
+        js = released.judgements(ctx, judge_name, spec, dataset, gens)
         report = no_usage(stage)
     else:
         items = bench.items(dataset)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.core.benchmark import AnyBenchmark
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.extensions import Scorer
 from pipeline.core.io import atomic_write_text, check_output, iter_lines
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int, str
     lines back); a line that cannot be scored gets its `error`: a missing field, a field of the
     wrong type, an id that is not a non-empty string, or an id that another line has too (every
     line with that id: which one is meant is not known)."""
-    if bench.scorer is None:
+    scorer = Scorer.of(bench)
+    if scorer is None:
         raise ConfigError(f"benchmark {bench.name!r} has no reference scorer for `lfbench score`")
     check_output(out)
     rows: list[tuple[int, Any]] = []
@@ -71,7 +73,7 @@ def score_file(bench: AnyBenchmark, src: Path, out: Path) -> tuple[int, int, str
             problem = f"{where}: id {row['id']!r} is on lines {others} (an id must be unique)"
         if problem is None:
             try:
-                metrics = bench.scorer.score_line(row["generation"], row["reference"])
+                metrics = scorer.score_line(row["generation"], row["reference"])
                 row = {k: v for k, v in row.items() if k != "error"} | {"metrics": metrics}
                 scored += 1
             except ValueError as e:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import load_yaml
+from pipeline.core import dvcfile
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import read_json
 from pipeline.core.params import load_params
@@ -22,8 +22,7 @@ from pipeline.core.params import load_params
 
 def stage_args(dvc_file: Path, stage: str) -> list[str] | None:
     """The arguments after `lfbench run <verb>` of a dvc.yaml stage, or None if it has none."""
-    stages = (load_yaml(dvc_file) or {}).get("stages", {})
-    spec = stages.get(stage)
+    spec = dvcfile.stages(dvc_file).get(stage)
     if spec is None:
         return None
     argv = shlex.split(str(spec.get("cmd", "")))

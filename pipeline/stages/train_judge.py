@@ -1,7 +1,7 @@
 """Stage `local-judge-train`: a benchmark's released judgements -> the local judge's model file
 and its held-out evaluation.
 
-The benchmark supplies the labelled cases (`Benchmark.judge_training`: what to train on, what to
+The benchmark supplies the labelled cases (its `JudgeTraining` extension: what to train on, what to
 hold out entirely, which groups it excluded because people annotated them); this stage embeds
 them (the shared embedding cache), fits the classifier, measures it leave-one-group-out and on
 the held-out groups, and writes the model (the same bytes on every run) and the metrics.
@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.core.benchmark import AnyBenchmark
 from pipeline.core.config import LocalJudge, Params
 from pipeline.core.errors import ConfigError
+from pipeline.core.extensions import JudgeTraining
 from pipeline.core.io import atomic_write_text, write_json
 from pipeline.stages.common import context
 
@@ -44,11 +45,12 @@ def train(
     spec = params.judges.get(judge_name)
     if not isinstance(spec, LocalJudge):
         raise ConfigError(f"judges.{judge_name} is not a judge with provider: local")
-    if bench.judge_training is None:
+    training: JudgeTraining[Any] | None = JudgeTraining.of(bench)
+    if training is None:
         raise ConfigError(f"benchmark {bench.name} offers no training data for the local judge")
     ctx = context(bench, params, root, data_dir)
     try:
-        data = bench.judge_training.cases(ctx, spec, str(annotated))
+        data = training.cases(ctx, spec, str(annotated))
     except ConfigError as e:
         raise ConfigError(f"judges.{judge_name}.{e}") from e
     embedder = Embedder(default_cache_path(root) if spec.embedding_cache else None)

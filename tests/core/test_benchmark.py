@@ -4,6 +4,7 @@ shared code benchmark-free (checked on the source, so a new module cannot slip p
 from __future__ import annotations
 
 import ast
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,6 +105,86 @@ def test_each_package_fulfils_the_contract(name: str) -> None:
         assert issubclass(spec, OwnedModel | OwnedJudge)
         provider = spec.model_fields["provider"].annotation.__args__[0]  # type: ignore[union-attr]
         assert provider.startswith(f"{name}-"), f"{spec.__name__}: own providers are {name}-<kind>"
+
+
+# What the core contract may hold (issue 43: at most 20 members, the optional capabilities
+# apart): a member is a name the body of `Benchmark` declares, an attribute or a method.
+CAPABILITIES = {
+    "llm_judge", "coverage", "no_model_judge", "agreement", "audit", "paper", "retrieval",
+    "systems", "extensions",
+}  # fmt: skip
+ONE_PAPER = ("restrict", "scored_items", "released", "judge_training", "scorer", "failed_outcome")
+
+
+def members(cls: type) -> list[str]:
+    tree = ast.parse(Path(inspect.getsourcefile(cls) or "").read_text(encoding="utf-8"))
+    (body,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
+    out = []
+    for node in body.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.append(node.target.id)
+        elif isinstance(node, ast.Assign):
+            out += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.FunctionDef):
+            out.append(node.name)
+    return out
+
+
+def test_the_core_contract_is_small_and_holds_no_one_paper_hook() -> None:
+    """At most 20 members beside the optional capabilities; the hooks one paper alone needs
+    (SummHay: restrict, scored_items, released, judge_training; CRUD-RAG: scorer,
+    failed_outcome) are extensions (pipeline/core/extensions.py), not members (it had 31,
+    those six among them)."""
+    declared = members(Benchmark)
+    core = [m for m in declared if m not in CAPABILITIES]
+    assert len(core) <= 20, core
+    assert set(declared) >= CAPABILITIES
+    assert [h for h in ONE_PAPER if hasattr(Benchmark, h)] == []
+    for name in registry.names():  # and no benchmark keeps one as a member of its own
+        assert [h for h in ONE_PAPER if hasattr(registry.get(name), h)] == [], name
+
+
+def test_metrics_and_item_score_are_required() -> None:
+    """A benchmark without them cannot be made (they had defaults: an empty tuple, a raise)."""
+    from pipeline.benchmarks._template.benchmark import Template
+    from pipeline.core.results import Metric
+
+    class NoScore(Template):
+        item_score = Benchmark.item_score  # type: ignore[assignment]
+
+    class NoMetrics(Template):
+        metrics = Benchmark.metrics  # type: ignore[assignment]
+
+    for cls, missing in ((NoScore, "item_score"), (NoMetrics, "metrics")):
+        with pytest.raises(TypeError, match=f"abstract method.*{missing}"):
+            cls()
+
+    class Empty(Template):
+        name = "empty"
+        metrics: tuple[Metric, ...] = ()
+
+    with pytest.raises(ConfigError, match="benchmark 'empty' declares no metrics"):
+        registry.register(Empty())
+    assert "empty" not in registry._REGISTRY
+
+
+def test_an_extension_is_found_by_its_kind_once() -> None:
+    from pipeline.benchmarks._template.benchmark import Template
+    from pipeline.core.extensions import JudgeTraining, ReleasedJudgements, Scorer, restrict
+
+    summhay, crud = registry.get("summhay"), registry.get("crud_rag")
+    assert JudgeTraining.of(summhay) is not None and ReleasedJudgements.of(summhay) is not None
+    assert Scorer.of(crud) is not None and Scorer.of(summhay) is None
+    assert JudgeTraining.of(Template()) is None
+
+    class Twice(Template):
+        extensions = (*crud.extensions, *crud.extensions)
+
+    with pytest.raises(ConfigError, match="declares 2 extensions Scorer"):
+        Scorer.of(Twice())
+    # without ItemsInRecords, a record is an item: a slice keeps the records it names
+    records = [type("R", (), {"item_id": i})() for i in ("a", "b")]
+    assert restrict(Template(), records, {"b"}) == records[1:]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

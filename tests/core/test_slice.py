@@ -72,14 +72,15 @@ def test_a_slice_is_checked_against_the_benchmarks_that_run_the_model() -> None:
 def test_summhay_cuts_inside_haystacks_and_studies_lengths_by_opt_in(mirror: Path) -> None:
     from pipeline.benchmarks.summhay.benchmark import SummHay, studied
     from pipeline.core.config import BaselineModel, OpenAIModel
+    from pipeline.core.extensions import restrict
     from pipeline.data.haystacks import Derivation, load_raw_haystack, normalise
 
     hay = normalise("news1", load_raw_haystack(mirror / "summhay/topic_news1.json"), "x.json")
     bench = SummHay()
     first = hay.subtopics[0].item_id
-    (cut,) = bench.restrict([hay], {first})
+    (cut,) = restrict(bench, [hay], {first})  # SummHay's ItemsInRecords extension
     assert [s.item_id for s in cut.subtopics] == [first] and cut.documents == hay.documents
-    assert bench.restrict([hay], set()) == []
+    assert restrict(bench, [hay], set()) == []
     recipe = Derivation(
         kind="recombined",
         collection="25k",

@@ -40,7 +40,10 @@ def test_a_benchmark_from_the_template_runs_end_to_end(project: Path, tmp_path: 
     assert _status(project) == [
         " M dvc.yaml",
         " M params.yaml",
+        "?? inputs/toy/",
         "?? pipeline/benchmarks/toy/",
+        "?? retrievals/lineage/toy/",
+        "?? retrievals/toy/",
         "?? tests/benchmarks/toy/",
     ]
     assert (
@@ -106,9 +109,16 @@ def test_a_benchmark_from_the_template_runs_end_to_end(project: Path, tmp_path: 
     ]
     untracked = [line[3:] for line in status if line.startswith("??")]
     assert [u for u in untracked if not u.startswith(outputs)] == [
+        "inputs/toy/",
         "pipeline/benchmarks/toy/",
+        "retrievals/lineage/toy/",
+        "retrievals/toy/",
         "tests/benchmarks/toy/",
     ]
+    # its plot (dvc.yaml's `toy recall`): the main metric of each result run
+    points = json.loads((project / "reports" / "toy.points.json").read_text())["points"]
+    by_run = {r.info.run_name: r.data.metrics["recall"] for r in runs}
+    assert {p["run"]: p["recall"] for p in points} == pytest.approx(by_run)
     assert " passed" in run(["pytest", "-q", "-p", "no:cacheprovider", "tests/benchmarks/toy"],
                             project, env).stdout  # fmt: skip
 
@@ -192,7 +202,10 @@ def test_a_keyword_recall_benchmark_in_under_100_lines(project: Path, tmp_path: 
     changed = [line[3:] for line in status if not line[3:].startswith(outputs)]
     assert [c for c in changed if not c.endswith(".gitignore")] == [
         "dvc.yaml",
+        "inputs/kwrecall/",
         "params.yaml",
         "pipeline/benchmarks/kwrecall/",
+        "retrievals/lineage/kwrecall/",
+        "retrievals/kwrecall/",
         "tests/benchmarks/kwrecall/",
     ]

@@ -49,7 +49,6 @@ from pipeline.core.benchmark import (
     RetrievalQuery,
     Run,
     RunRow,
-    Scorer,
     Tables,
 )
 from pipeline.core.config import (
@@ -61,6 +60,7 @@ from pipeline.core.config import (
     Params,
 )
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.extensions import FailedOutcome, Scorer
 from pipeline.core.markdown import need
 from pipeline.core.records import Generation, Judgement
 from pipeline.core.results import (
@@ -83,6 +83,13 @@ Ctx = Context[CrudParams]
 class TextScorer(Scorer):
     def score_line(self, generation: str, reference: str) -> dict[str, float]:
         return metrics.text_metrics(generation, reference)
+
+
+class EmptyOutputs(FailedOutcome[CrudParams, Item]):
+    """An empty output (a failed generation) is an item its text metrics cannot score."""
+
+    def outcome(self, ctx: Ctx, item: Item, generation: Generation) -> Invalid | Excluded | None:
+        return A.empty_output(item, generation)
 
 
 class TextMetrics(NoModelJudge[CrudParams, Item]):
@@ -245,7 +252,8 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
     record = Item
     model_providers = frozenset({"openai", "baseline"})
     providers = (TextJudge,)
-    scorer = TextScorer()
+    # what CRUD-RAG alone has: `lfbench score`, and an empty output counted as an invalid item
+    extensions = (TextScorer(), EmptyOutputs())
 
     retrieval = CrudRetrieval()
 
@@ -364,11 +372,6 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
 
     def failed_keys(self, ctx: Ctx, item: Item, generation: Generation) -> list[dict[str, str]]:
         return [{"task": item.task}]
-
-    def failed_outcome(
-        self, ctx: Ctx, item: Item, generation: Generation
-    ) -> Invalid | Excluded | None:
-        return A.empty_output(item, generation)
 
     def row_extra(self, ctx: Ctx, row: ResultRow, scores: Sequence[ItemScore]) -> None:
         A.row_extra(ctx.section, ctx.params, row, scores)

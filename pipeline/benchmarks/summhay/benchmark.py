@@ -43,7 +43,6 @@ from pipeline.core.benchmark import (
     Planned,
     PriorLabel,
     Question,
-    ReleasedJudgements,
     ReportSection,
     Retrieval,
     RetrievalQuery,
@@ -64,6 +63,7 @@ from pipeline.core.config import (
     known,
 )
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.extensions import ItemsInRecords, ReleasedJudgements
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.core.results import ItemScore, Outcome, ResultRow, Results, RowKey, RunFields, Summary
 from pipeline.data.haystacks import (
@@ -307,6 +307,22 @@ def scored_items(dataset: Sequence[Haystack]) -> dict[str, tuple[Haystack, Subto
     return {s.item_id: (h, s) for h in dataset for s in h.subtopics}
 
 
+class Subtopics(ItemsInRecords[Haystack]):
+    """A haystack holds its subtopics (the items): a model's slice keeps some of a haystack's
+    subtopics, and an item score sees its subtopic with its haystack."""
+
+    def restrict(self, dataset: Sequence[Haystack], keep: set[str]) -> list[Haystack]:
+        out = []
+        for h in dataset:
+            subs = [s for s in h.subtopics if s.item_id in keep]
+            if subs:
+                out.append(h.model_copy(update={"subtopics": subs}))
+        return out
+
+    def scored(self, dataset: Sequence[Haystack]) -> dict[str, tuple[Haystack, Subtopic]]:
+        return scored_items(dataset)
+
+
 class PaperTables(Paper[SummhayParams, Haystack]):
     """The paper's own: rows pooling both domains (Table 2's), Table 2 / Table 3 layouts, the
     length study's figure, what the derived haystacks are, each row's plots."""
@@ -432,7 +448,9 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     record = Haystack
     model_providers = frozenset({"openai", "published", "baseline"})
     agreement = HumanLabels()
-    judge_training = SummhayTraining()
+    # what SummHay alone has: the released GPT-4o judgements (replayed, and the local judge's
+    # training cases) and haystacks that hold several items
+    extensions = (ReleasedGpt4o(), SummhayTraining(), Subtopics())
 
     retrieval = SummhayRetrieval()
     systems = SummhaySystems()
@@ -555,14 +573,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
     def items(self, dataset: Sequence[Haystack]) -> dict[str, Subtopic]:
         return {s.item_id: s for h in dataset for s in h.subtopics}
 
-    def restrict(self, dataset: Sequence[Haystack], keep: set[str]) -> list[Haystack]:
-        out = []
-        for h in dataset:
-            subs = [s for s in h.subtopics if s.item_id in keep]
-            if subs:
-                out.append(h.model_copy(update={"subtopics": subs}))
-        return out
-
     # ---- generate
 
     def plan_generations(
@@ -598,7 +608,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
         repair="judge_repair",
         schemas=judging.SCHEMAS,
     )
-    released = ReleasedGpt4o()
 
     # ---- results
 
@@ -621,9 +630,6 @@ class SummHay(Benchmark[SummhayParams, Haystack, Subtopic]):
             ),
         ),
     )
-
-    def scored_items(self, dataset: Sequence[Haystack]) -> dict[str, tuple[Haystack, Subtopic]]:
-        return scored_items(dataset)
 
     def item_score(
         self,

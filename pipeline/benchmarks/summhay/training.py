@@ -15,9 +15,10 @@ from typing import Any
 from pipeline.benchmarks.summhay.params import SummhayParams
 from pipeline.benchmarks.summhay.published import raw_haystack
 from pipeline.benchmarks.summhay.scoring import extract_bullets
-from pipeline.core.benchmark import Context, Inputs, JudgeTraining, TrainingData
+from pipeline.core.benchmark import Context, Inputs
 from pipeline.core.config import LocalJudge
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.extensions import JudgeTraining, TrainingData
 from pipeline.core.records import LabelledCase
 from pipeline.data.haystacks import HAYSTACK_IDS, item_id
 

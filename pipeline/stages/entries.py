@@ -1,0 +1,57 @@
+"""The params.yaml entries a stage reads, and whether its dvc.yaml `params` list them.
+
+A stage lists each entry of `models`, `judges` and `retrievers` it reads as a DVC parameter of
+its own, and never the whole of `judges` or `models`: a judge entry a new benchmark adds would
+otherwise mark the other benchmarks' stages changed. Most entries follow from a stage's matrix
+(`judges.${item.judge}`); two kinds depend on values of params.yaml, so `lfbench check` checks
+them here: a construct stage reads the judges entry its section names as its construction LLM
+(`construction_llm()`: SummHay's synthesis, Long²RAG's and CRUX's construction, CRUD-RAG's
+RAGQuestEval questions), and an agreement stage every judge of its section (each scores the
+human-labelled outputs itself).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from pipeline.core import dvcfile
+from pipeline.core.config import BenchmarkParams, Params
+
+
+def entries_read(verb: str, bench: str, section: BenchmarkParams) -> list[tuple[str, str]]:
+    """(params key, why) of the entries a `lfbench run <verb>` stage of `bench` reads that its
+    matrix does not name."""
+    if verb == "construct":
+        llm = section.construction_llm()
+        return [] if llm is None else [(f"judges.{llm}", f"{bench}'s construction LLM")]
+    if verb == "agreement":
+        return [(f"judges.{j}", f"{bench}.judges") for j in section.judges]
+    return []
+
+
+def listed(key: str, params: list[str]) -> bool:
+    """Whether a DVC params list covers `key` (the key itself, or a section holding it)."""
+    return any(key == p or key.startswith(p + ".") for p in params)
+
+
+def unlisted(params: Params, dvc_file: Path) -> list[str]:
+    """`stage: key (why)` for each entry a stage reads that its params do not list."""
+    from pipeline.core import registry
+
+    out = []
+    for stage, spec in dvcfile.stages(dvc_file).items():
+        argv = shlex.split(str(spec.get("cmd", "")))
+        if argv[:2] != ["lfbench", "run"] or len(argv) < 3 or "--benchmark" not in argv:
+            continue
+        bench = argv[argv.index("--benchmark") + 1]
+        if bench not in params.benchmarks():
+            continue
+        section = params.section(bench, registry.get(bench).params_model)
+        keys = [str(p) for p in spec.get("params") or [] if isinstance(p, str)]
+        out += [
+            f"{stage}: {key} ({why})"
+            for key, why in entries_read(argv[2], bench, section)
+            if not listed(key, keys)
+        ]
+    return out
