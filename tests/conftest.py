@@ -195,6 +195,16 @@ def make_project(dest: Path, mirror: Path) -> Path:
     return dest
 
 
+def list_entries(proj: Path) -> None:
+    """`lfbench check --fix` in a test project: its dvc.yaml's agreement and construct stages
+    list the judges entries its params.yaml makes them read (DVC refuses a listed entry that
+    params.yaml lacks)."""
+    from pipeline.core.params import load_params
+    from pipeline.stages.entries import relist
+
+    relist(load_params(proj / "params.yaml"), proj / "dvc.yaml")
+
+
 def slice_crux(
     params: dict[str, Any],
     haystacks: tuple[str, ...] = ("news1",),

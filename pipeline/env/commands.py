@@ -252,9 +252,16 @@ def team_down_command(folder: Path) -> None:
 @click.option(
     "--dvc-file", type=click.Path(path_type=Path), default=Path("dvc.yaml"), show_default=True
 )
-def check(params_path: Path, dvc_file: Path) -> None:
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Write into dvc.yaml the judges entries each agreement and construct stage reads"
+    " (after a judge is added to or taken from a benchmark's judges), then check.",
+)
+def check(params_path: Path, dvc_file: Path, fix: bool) -> None:
     """Validate params.yaml whole (the core and every benchmark section, each by its package),
-    and check that each stage of dvc.yaml depends on all the code it runs."""
+    and check that each stage of dvc.yaml depends on all the code it runs and lists the
+    params.yaml entries it reads."""
     from pipeline.core import registry
     from pipeline.core.config import OpenAIJudge
     from pipeline.env import deps
@@ -297,12 +304,16 @@ def check(params_path: Path, dvc_file: Path) -> None:
             f"{dvc_file}: a judge stage whose benchmark lists the local judge must depend on its"
             f" model (add it to the stage's deps): {'; '.join(untrained)}"
         )
-    from pipeline.stages.entries import unlisted
+    from pipeline.stages.entries import relist, unlisted
 
+    if fix:
+        for change in relist(params, dvc_file):
+            click.echo(f"{dvc_file}: {change}")
     missing = unlisted(params, dvc_file)
     if missing:
         raise LfbenchError(
             f"{dvc_file}: a stage reads a params.yaml entry its params do not list (add it to"
-            f" the stage's params, so a change to it re-runs the stage): {'; '.join(missing)}"
+            f" the stage's params, so a change to it re-runs the stage, or run `lfbench check"
+            f" --fix`): {'; '.join(missing)}"
         )
     click.echo(f"{dvc_file}: every stage depends on the code it runs and the entries it reads")

@@ -168,6 +168,7 @@ def agreement(
         from pipeline.stages.mlflow_store import preflight
 
         preflight(root)  # an MLflow store that is not there fails the stage now, in one line
+    _refuse_unlisted(bench, params, root)
     ag = capability(bench)
     ctx = context(bench, params, root)
     labelled = ag.load(ctx, ctx.inputs.json(str(labels)), str(labels))
@@ -207,6 +208,24 @@ def agreement(
     if track:
         log_runs(bench, ctx, result.rows, labels, plot_path, root)
     return result.rows
+
+
+def _refuse_unlisted(bench: AnyBenchmark, params: Params, root: Path) -> None:
+    """The judges this stage scores are each a DVC parameter of it (dvc.yaml lists them: a
+    change to one re-runs it). A judge added to the section but not listed would be scored
+    without being a dependency: refused, naming the fix, before any judge is called."""
+    dvc_file = root / "dvc.yaml"
+    if not dvc_file.exists():
+        return
+    from pipeline.stages.entries import unlisted
+
+    stage = agreement_stage(bench.name)
+    missing = [m for m in unlisted(params, dvc_file) if m.startswith(f"{stage}: ")]
+    if missing:
+        raise ConfigError(
+            f"{dvc_file}: stage {stage} scores judges its params do not list: "
+            f"{'; '.join(missing)} (run `lfbench check --fix`, or add them to its params)"
+        )
 
 
 def log_runs(

@@ -55,3 +55,57 @@ def unlisted(params: Params, dvc_file: Path) -> list[str]:
             if not listed(key, keys)
         ]
     return out
+
+
+def relist(params: Params, dvc_file: Path) -> list[str]:
+    """Rewrite, in `dvc_file`'s text, the `judges.*` items of the `params` list of each stage
+    whose judges entries follow from params.yaml (an agreement stage, a construct stage): the
+    entries it reads now, no more, no fewer. Comments and every other line stay as they are.
+    Returns `stage: +key` / `stage: -key` for each change (`lfbench check --fix`)."""
+    from pipeline.core import registry
+
+    lines = dvc_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    changes: list[str] = []
+    for stage, spec in dvcfile.stages(dvc_file).items():
+        argv = shlex.split(str(spec.get("cmd", "")))
+        if argv[:2] != ["lfbench", "run"] or len(argv) < 3 or "--benchmark" not in argv:
+            continue
+        if argv[2] not in ("agreement", "construct"):
+            continue
+        bench = argv[argv.index("--benchmark") + 1]
+        if bench not in params.benchmarks():
+            continue
+        section = params.section(bench, registry.get(bench).params_model)
+        want = [key for key, _ in entries_read(argv[2], bench, section)]
+        lines, changed = _relist_block(lines, stage, want)
+        changes += [f"{stage}: {c}" for c in changed]
+    if changes:
+        dvc_file.write_text("".join(lines), encoding="utf-8")
+    return changes
+
+
+def _relist_block(lines: list[str], stage: str, want: list[str]) -> tuple[list[str], list[str]]:
+    """The stage's block-style `params:` list with its `- judges.<name>` items replaced by
+    `want` (added after its last item when it had none)."""
+    head = f"  {stage}:\n"
+    if head not in lines:
+        return lines, []
+    i = lines.index(head) + 1
+    while i < len(lines) and lines[i].rstrip("\n") != "    params:":
+        if lines[i].strip() and not lines[i].startswith("   "):
+            return lines, []  # the next stage: this one has no block-style params list
+        i += 1
+    if i >= len(lines):
+        return lines, []
+    start = end = i + 1
+    while end < len(lines) and lines[end].startswith("      - "):
+        end += 1
+    items = [ln[len("      - ") :].strip() for ln in lines[start:end]]
+    have = [it for it in items if it.startswith("judges.") and "${" not in it]
+    if have == want:
+        return lines, []
+    kept = [it for it in items if it not in have]
+    new = kept + want
+    block = [f"      - {it}\n" for it in new]
+    changed = [f"-{k}" for k in have if k not in want] + [f"+{k}" for k in want if k not in have]
+    return lines[:start] + block + lines[end:], changed

@@ -23,7 +23,15 @@ import pytest
 import yaml
 
 from pipeline.testing.server import TestServer
-from tests.conftest import BIN, ROOT, SUMMHAY_TARGETS, run, slice_crud_rag, slice_crux
+from tests.conftest import (
+    BIN,
+    ROOT,
+    SUMMHAY_TARGETS,
+    list_entries,
+    run,
+    slice_crud_rag,
+    slice_crux,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +106,7 @@ def _configure(
     # The agreement stage scores the first annotated summaries with each judge too.
     params["summhay"]["agreement"] = {"max_samples": AGREEMENT_SAMPLES, "bootstrap_resamples": 20}
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    list_entries(proj)
 
 
 def _env() -> dict[str, str]:

@@ -83,3 +83,57 @@ def test_a_construction_llm_must_be_listed(tmp_path: Path, section: str, edit: A
     doc["stages"][f"{section}-construct"]["params"].append("judges.mine")
     dvc.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     assert unlisted(load_params(_params(tmp_path, change)), dvc) == []
+
+
+def test_check_fix_writes_the_entries_read_and_nothing_else(tmp_path: Path) -> None:
+    """`lfbench check --fix` (entries.relist): the agreement stage lists the judges its section
+    now scores, a construct stage its construction LLM; every other line stays."""
+    from pipeline.stages.entries import relist
+
+    def edit(p: dict[str, Any]) -> None:
+        p["judges"]["mine"] = copy.deepcopy(LLM)
+        p["summhay"]["judges"] = ["local", "mine"]
+        p["crud_rag"]["quest_eval"].update(llm="mine")
+
+    params = load_params(_params(tmp_path, edit))
+    dvc = tmp_path / "dvc.yaml"
+    before = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    dvc.write_text(before, encoding="utf-8")
+    assert unlisted(params, dvc) != []
+    assert sorted(relist(params, dvc)) == [
+        "crud_rag-construct: +judges.mine",
+        "summhay-agreement: +judges.mine",
+        "summhay-agreement: -judges.published-gpt-4o",
+    ]
+    after = dvc.read_text(encoding="utf-8")
+    assert unlisted(params, dvc) == []
+    assert relist(params, dvc) == []  # idempotent
+    gone = set(before.splitlines()) - set(after.splitlines())
+    assert gone == {"      - judges.published-gpt-4o"}
+    assert set(after.splitlines()) - set(before.splitlines()) == {"      - judges.mine"}
+    stages = yaml.safe_load(after)["stages"]
+    assert "judges.mine" in stages["crud_rag-construct"]["params"]
+    assert "judges.local" in stages["summhay-agreement"]["params"]
+
+
+def test_the_agreement_stage_refuses_a_judge_dvc_yaml_does_not_list(tmp_path: Path) -> None:
+    """Run by `dvc repro` without `lfbench check`, the stage itself refuses to score a judge it
+    does not depend on (it would be a silent stale result after that judge's next change)."""
+    from pipeline.core import registry
+    from pipeline.core.errors import ConfigError
+    from pipeline.stages.agreement import _refuse_unlisted
+
+    def edit(p: dict[str, Any]) -> None:
+        p["judges"]["mine"] = copy.deepcopy(LLM)
+        p["summhay"]["judges"].append("mine")
+
+    params = load_params(_params(tmp_path, edit))
+    (tmp_path / "dvc.yaml").write_text(
+        (ROOT / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    with pytest.raises(ConfigError, match=r"summhay-agreement: judges\.mine.*check --fix"):
+        _refuse_unlisted(registry.get("summhay"), params, tmp_path)
+    from pipeline.stages.entries import relist
+
+    relist(params, tmp_path / "dvc.yaml")
+    _refuse_unlisted(registry.get("summhay"), params, tmp_path)  # listed: runs
