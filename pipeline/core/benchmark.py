@@ -21,7 +21,7 @@ What one paper alone needs is an extension (`extensions`, pipeline/core/extensio
 released judgements, the local judge's training cases and haystacks of several items; CRUD-RAG's
 `lfbench score` and empty outputs counted as items). The judge providers a benchmark offers
 follow from what it declares (`judge_providers`), and how it runs a judge entry is resolved once
-(`judge_kind`).
+(`judge_kind`); both in pipeline/core/judging.py.
 
 The stage layer (`pipeline/stages/`) does everything else, the same way for every benchmark:
 file reads and atomic writes, every model call (cache, journal, retries, usage and cost), the one
@@ -34,21 +34,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
 from pipeline.core.config import (
     BenchmarkParams,
     JudgeSpec,
-    LocalJudge,
     ModelSpec,
     OpenAIJudge,
     OpenAIModel,
     OwnedJudge,
     OwnedModel,
     Params,
-    PublishedJudge,
 )
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
@@ -467,24 +465,6 @@ class NoModelJudge(ABC, Generic[P, I]):
         return None
 
 
-JudgeKind: TypeAlias = Literal["llm", "coverage", "no_model", "released"]
-
-
-def judge_providers(bench: AnyBenchmark) -> frozenset[str]:
-    """The core judge providers a benchmark offers: those of the judging it declares."""
-    from pipeline.core.extensions import ReleasedJudgements
-
-    return frozenset(
-        provider
-        for provider, has in (
-            ("openai", bench.llm_judge),
-            ("local", bench.coverage),
-            ("published", ReleasedJudgements.of(bench)),
-        )
-        if has is not None
-    )
-
-
 SpecT = TypeVar("SpecT", OwnedModel, OwnedJudge)
 
 
@@ -498,32 +478,6 @@ def llm_capability(bench: AnyBenchmark) -> LLMJudge[Any]:
     if bench.llm_judge is None:
         raise ConfigError(f"{bench.name} has no LLM judging (judge provider openai)")
     return bench.llm_judge
-
-
-def judge_kind(bench: AnyBenchmark, judge: str, spec: JudgeSpec) -> JudgeKind:
-    """How `bench` runs the judge entry `judge` (resolved once, here): a ConfigError when the
-    benchmark declares no judging of that kind."""
-    if isinstance(spec, OpenAIJudge):
-        kind: JudgeKind | None = "llm" if bench.llm_judge is not None else None
-    elif isinstance(spec, PublishedJudge):
-        from pipeline.core.extensions import ReleasedJudgements
-
-        kind = "released" if ReleasedJudgements.of(bench) is not None else None
-    elif isinstance(spec, LocalJudge):
-        kind = "coverage" if bench.coverage is not None else None
-    elif bench.coverage is not None and bench.coverage.judge(spec) is not None:
-        kind = "coverage"
-    elif bench.no_model_judge is not None and isinstance(spec, own_specs(bench, OwnedJudge)):
-        kind = "no_model"
-    else:
-        kind = None
-    if kind is None:
-        raise ConfigError(
-            f"judges.{judge}: {bench.name} cannot be judged by provider {spec.provider!r} (it"
-            f" offers: {', '.join(sorted(judge_providers(bench))) or 'no core provider'} and"
-            " its own providers)"
-        )
-    return kind
 
 
 # ---------------------------------------------------------------- your retrievers, your system

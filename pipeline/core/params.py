@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pipeline.core import registry
-from pipeline.core.benchmark import AnyBenchmark, judge_kind, judge_providers, own_specs
+from pipeline.core.benchmark import AnyBenchmark, own_specs
 from pipeline.core.config import (
     BUILTIN_RETRIEVERS,
     SYSTEM_PROVIDERS,
@@ -29,6 +29,7 @@ from pipeline.core.config import (
     problem,
 )
 from pipeline.core.errors import ConfigError
+from pipeline.core.judging import judge_kind, judge_providers
 
 
 def validate_params(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo, judge_kind
+from pipeline.core.benchmark import AnyBenchmark, Context, HumanAgreement, JudgeInfo
 from pipeline.core.config import OpenAIJudge, Params, PublishedJudge, PublishedModel
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import (
@@ -27,6 +27,7 @@ from pipeline.core.io import (
     read_jsonl,
     write_json,
 )
+from pipeline.core.judging import judge_kind
 from pipeline.core.records import Generation, Judgement
 from pipeline.stages.aggregate import log_sync, run_spec
 from pipeline.stages.common import (

@@ -9,7 +9,7 @@
 - a no-model judge the benchmark defines that is not a coverage judge (e.g. CRUX's `labels`):
   the benchmark's `no_model_judge`.
 
-The kind of judge is resolved once (`pipeline.core.benchmark.judge_kind`), from what the benchmark
+The kind of judge is resolved once (`pipeline.core.judging.judge_kind`), from what the benchmark
 declares.
 
 Outputs whose generation failed are not judged (the aggregate counts them). A pair the judge
@@ -27,11 +27,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge, judge_kind, llm_capability
+from pipeline.core.benchmark import AnyBenchmark, Context, CoverageJudge, llm_capability
 from pipeline.core.config import JudgeSpec, LocalJudge, OpenAIJudge, Params
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.extensions import ReleasedJudgements
 from pipeline.core.io import read_jsonl, write_jsonl
+from pipeline.core.judging import judge_kind
 from pipeline.core.records import Generation, Judgement, Usage, Verdict
 from pipeline.core.types import EndpointConfig, UsageReport
 from pipeline.llm.client import cost_usd, resolve_api_key, write_usage

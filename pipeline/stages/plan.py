@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.benchmark import AnyBenchmark, Context, judge_kind, llm_capability
+from pipeline.core.benchmark import AnyBenchmark, Context, llm_capability
 from pipeline.core.config import (
     EmbeddingsRetriever,
     OpenAIJudge,
@@ -50,6 +50,7 @@ from pipeline.core.config import (
 )
 from pipeline.core.errors import DataError, LfbenchError
 from pipeline.core.io import read_json, read_jsonl
+from pipeline.core.judging import judge_kind
 from pipeline.core.records import Generation
 from pipeline.core.types import ChatRequest, EndpointConfig
 from pipeline.llm.client import cache_key, effective_max_tokens, read_wall

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.core import registry
-from pipeline.core.benchmark import Benchmark, judge_providers
+from pipeline.core.benchmark import Benchmark
 from pipeline.core.config import BenchmarkParams, OwnedJudge, OwnedModel
 from pipeline.core.errors import ConfigError
+from pipeline.core.judging import judge_providers
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "pipeline"
@@ -236,8 +237,8 @@ def test_the_judges_a_benchmark_offers_follow_from_what_it_declares() -> None:
     """The core judge providers are derived from the declared capabilities; a judge kind the
     benchmark does not declare is refused by `judge_kind` (and so by `lfbench check`)."""
     from pipeline.benchmarks._template.benchmark import Template
-    from pipeline.core.benchmark import judge_kind
     from pipeline.core.config import LocalJudge, OpenAIJudge, PublishedJudge
+    from pipeline.core.judging import judge_kind
 
     assert judge_providers(registry.get("summhay")) == {"openai", "published", "local"}
     assert judge_providers(registry.get("crux")) == {"openai", "local"}
