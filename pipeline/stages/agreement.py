@@ -221,7 +221,7 @@ def _refuse_unlisted(bench: AnyBenchmark, params: Params, root: Path) -> None:
     from pipeline.stages.entries import unlisted
 
     stage = agreement_stage(bench.name)
-    missing = [m for m in unlisted(params, dvc_file) if m.startswith(f"{stage}: ")]
+    missing = [m for m in unlisted(params, dvc_file, bench.name) if m.startswith(f"{stage}: ")]
     if missing:
         raise ConfigError(
             f"{dvc_file}: stage {stage} scores judges its params do not list: "

@@ -35,8 +35,9 @@ def listed(key: str, params: list[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in params)
 
 
-def unlisted(params: Params, dvc_file: Path) -> list[str]:
-    """`stage: key (why)` for each entry a stage reads that its params do not list."""
+def unlisted(params: Params, dvc_file: Path, only: str | None = None) -> list[str]:
+    """`stage: key (why)` for each entry a stage reads that its params do not list (of the
+    benchmark `only`'s stages alone when given: a stage loads its own section only)."""
     from pipeline.core import registry
 
     out = []
@@ -45,7 +46,7 @@ def unlisted(params: Params, dvc_file: Path) -> list[str]:
         if argv[:2] != ["lfbench", "run"] or len(argv) < 3 or "--benchmark" not in argv:
             continue
         bench = argv[argv.index("--benchmark") + 1]
-        if bench not in params.benchmarks():
+        if bench not in params.benchmarks() or only not in (None, bench):
             continue
         section = params.section(bench, registry.get(bench).params_model)
         keys = [str(p) for p in spec.get("params") or [] if isinstance(p, str)]

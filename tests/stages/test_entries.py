@@ -127,7 +127,7 @@ def test_the_agreement_stage_refuses_a_judge_dvc_yaml_does_not_list(tmp_path: Pa
         p["judges"]["mine"] = copy.deepcopy(LLM)
         p["summhay"]["judges"].append("mine")
 
-    params = load_params(_params(tmp_path, edit))
+    params = load_params(_params(tmp_path, edit), ["summhay"])  # what the stage loads
     (tmp_path / "dvc.yaml").write_text(
         (ROOT / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8"
     )
@@ -135,5 +135,5 @@ def test_the_agreement_stage_refuses_a_judge_dvc_yaml_does_not_list(tmp_path: Pa
         _refuse_unlisted(registry.get("summhay"), params, tmp_path)
     from pipeline.stages.entries import relist
 
-    relist(params, tmp_path / "dvc.yaml")
+    relist(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
     _refuse_unlisted(registry.get("summhay"), params, tmp_path)  # listed: runs
