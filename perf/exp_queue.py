@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.testing.server import TestServer  # noqa: E402
+from tests.conftest import list_entries  # noqa: E402
 
 BIN = Path(sys.executable).parent
 KEY_ENV = "LFBENCH_SWEEP_KEY"
@@ -69,6 +70,7 @@ def configure(proj: Path, base_url: str, haystacks: list[str]) -> None:
     params["summhay"]["agreement"]["max_samples"] = 4
     params["crux"]["answers"]["generations"] = None  # CRUX compares with the released summaries
     path.write_text(yaml.safe_dump(params, sort_keys=False))
+    list_entries(proj)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import SUMMHAY_TARGETS, run
+from tests.conftest import SUMMHAY_TARGETS, list_entries, run
 from tests.e2e.test_llm_pipeline import _configure, _env, _server
 
 pytestmark = pytest.mark.slow
@@ -37,6 +37,7 @@ def test_plan_matches_what_dvc_repro_sends(project: Path, tmp_path: Path) -> Non
         params["judges"]["llm"]["requests_per_minute"] = 600
         params["summhay"]["agreement"] = {"llm_max_samples": LLM_SAMPLES, "bootstrap_resamples": 0}
         path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+        list_entries(project)
         run(["dvc", "repro", "summhay-construct"], project, env=_env())
 
         out = run(["lfbench", "plan", "--json"], project, env=_env())

@@ -31,7 +31,15 @@ import pytest
 import yaml
 
 from pipeline.testing.server import TestServer
-from tests.conftest import ROOT, SUMMHAY_TARGETS, run, run_env, slice_crud_rag, slice_crux
+from tests.conftest import (
+    ROOT,
+    SUMMHAY_TARGETS,
+    list_entries,
+    run,
+    run_env,
+    slice_crud_rag,
+    slice_crux,
+)
 from tests.stages.test_tracking import _syncs_at_once, check_one_current_run_per_row
 
 pytestmark = pytest.mark.slow
@@ -105,6 +113,7 @@ def _configure(ws: Path, base_url: str, models: list[str], team: dict[str, str])
     params["summhay"]["judges"] = ["llm"]
     params["summhay"]["agreement"] = {"max_samples": 4, "bootstrap_resamples": 20}
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    list_entries(ws)
     run(["dvc", "remote", "add", "-d", "-f", "team-s3", team["LFBENCH_TEAM_DVC_REMOTE"]], ws)
     run(["dvc", "remote", "modify", "team-s3", "endpointurl", team["LFBENCH_TEAM_S3_ENDPOINT"]], ws)
 
