@@ -169,7 +169,6 @@ def agreement(
         from pipeline.stages.mlflow_store import preflight
 
         preflight(root)  # an MLflow store that is not there fails the stage now, in one line
-    _refuse_unlisted(bench, params, root)
     ag = capability(bench)
     ctx = context(bench, params, root)
     labelled = ag.load(ctx, ctx.inputs.json(str(labels)), str(labels))
@@ -211,7 +210,7 @@ def agreement(
     return result.rows
 
 
-def _refuse_unlisted(bench: AnyBenchmark, params: Params, root: Path) -> None:
+def refuse_unlisted(bench: AnyBenchmark, params: Params, root: Path) -> None:
     """The judges this stage scores are each a DVC parameter of it (dvc.yaml lists them: a
     change to one re-runs it). A judge added to the section but not listed would be scored
     without being a dependency: refused, naming the fix, before any judge is called."""

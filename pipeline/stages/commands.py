@@ -294,6 +294,9 @@ def _run_agreement(
 @_agreement_options  # type: ignore[untyped-decorator]
 def stage_agreement(**kwargs: Any) -> None:
     """Judges vs human labels (and vs each other) -> agreement rows, report, MLflow runs."""
+    from pipeline.stages.agreement import refuse_unlisted
+
+    refuse_unlisted(*_bench(kwargs["benchmark"], kwargs["params_path"]), Path.cwd())
     _run_agreement(**kwargs)
 
 

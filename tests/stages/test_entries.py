@@ -121,7 +121,7 @@ def test_the_agreement_stage_refuses_a_judge_dvc_yaml_does_not_list(tmp_path: Pa
     does not depend on (it would be a silent stale result after that judge's next change)."""
     from pipeline.core import registry
     from pipeline.core.errors import ConfigError
-    from pipeline.stages.agreement import _refuse_unlisted
+    from pipeline.stages.agreement import refuse_unlisted
 
     def edit(p: dict[str, Any]) -> None:
         p["judges"]["mine"] = copy.deepcopy(LLM)
@@ -132,8 +132,8 @@ def test_the_agreement_stage_refuses_a_judge_dvc_yaml_does_not_list(tmp_path: Pa
         (ROOT / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8"
     )
     with pytest.raises(ConfigError, match=r"summhay-agreement: judges\.mine.*check --fix"):
-        _refuse_unlisted(registry.get("summhay"), params, tmp_path)
+        refuse_unlisted(registry.get("summhay"), params, tmp_path)
     from pipeline.stages.entries import relist
 
     relist(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
-    _refuse_unlisted(registry.get("summhay"), params, tmp_path)  # listed: runs
+    refuse_unlisted(registry.get("summhay"), params, tmp_path)  # listed: runs
