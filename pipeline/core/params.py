@@ -21,6 +21,7 @@ from pipeline.core.config import (
     OwnedJudge,
     OwnedModel,
     Params,
+    PublishedModel,
     RerankRetriever,
     RunRetriever,
     invalid,
@@ -88,6 +89,7 @@ def validate_params(
         _check_section(registry.get(name), section, params, path)
     if benchmarks is None:
         _check_slices(params, sections, path)
+        _check_settings(params, sections, path)
     params._sections.update(sections)
     return params
 
@@ -108,6 +110,87 @@ def _check_slices(
                     f"models.{entry}.slice.{bench}",
                     f"{bench}.models does not list {entry!r}: the slice would never be used",
                 )
+
+
+def _check_settings(
+    params: Params, sections: Mapping[str, BenchmarkParams], path: Path | str
+) -> None:
+    """A model's `settings` against the settings of the benchmarks that run it: a list names
+    only settings one of them has; a mapping names benchmarks that run it and have settings
+    (each one's names are checked by `_check_model_settings`)."""
+    for entry, spec in params.models.items():
+        settings = getattr(spec, "settings", None)
+        if settings is None or isinstance(spec, PublishedModel):
+            continue
+        runs = {
+            b: registry.get(b).setting_names(sections[b])
+            for b in sections
+            if entry in sections[b].models
+        }
+        if isinstance(settings, dict):
+            for bench in settings:
+                if runs.get(bench) is None:
+                    why = f"{bench}.models does not list {entry!r}"
+                    if bench not in sections:
+                        why = f"no benchmark section {bench!r}"
+                    elif bench in runs:
+                        why = f"{bench} has no settings a model picks"
+                    raise problem(
+                        path,
+                        f"models.{entry}.settings.{bench}",
+                        f"{why} (benchmarks that run {entry!r} with settings:"
+                        f" {', '.join(b for b, n in runs.items() if n is not None) or 'none'})",
+                    )
+            continue
+        valid = {b: n for b, n in runs.items() if n is not None}
+        names = {n for ns in valid.values() for n in ns}
+        unknown = [s for s in settings if s not in names]
+        if unknown:
+            hint = [f"{b}.retrievers" for b in valid if registry.get(b).retrieval is not None]
+            raise problem(
+                path,
+                f"models.{entry}.settings",
+                f"{_unknown(unknown)}: no benchmark that runs {entry!r} has"
+                f" {'it' if len(unknown) == 1 else 'them'} ("
+                + ("; ".join(f"{b}: {', '.join(n)}" for b, n in valid.items()) or "none has any")
+                + (
+                    f"; a retrievers entry is a setting once listed in {', '.join(hint)}"
+                    if hint
+                    else ""
+                )
+                + ")",
+            )
+
+
+def _check_model_settings(
+    bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
+) -> None:
+    """The settings a mapping gives this benchmark for a model it runs: its own names."""
+    names = bench.setting_names(section)
+    for entry in section.models:
+        spec = params.models[entry]
+        settings = getattr(spec, "settings", None)
+        if isinstance(spec, PublishedModel) or not isinstance(settings, dict):
+            continue
+        if bench.name not in settings:
+            continue
+        if names is None:
+            raise problem(
+                path,
+                f"models.{entry}.settings.{bench.name}",
+                f"{bench.name} has no settings a model picks",
+            )
+        unknown = [s for s in settings[bench.name] if s not in names]
+        if unknown:
+            raise problem(
+                path,
+                f"models.{entry}.settings.{bench.name}",
+                f"{_unknown(unknown)} ({bench.name} has: {', '.join(names)})",
+            )
+
+
+def _unknown(names: list[str]) -> str:
+    return f"unknown setting{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
 def _provider_of(cls: type[BaseModel]) -> str:
@@ -171,6 +254,7 @@ def _check_section(
                 f"names no file for {name}, which lists {entry!r} in its models",
             )
     _check_retrievers(bench, section, params, path)
+    _check_model_settings(bench, section, params, path)
     try:
         bench.check_params(section, params)
     except ValueError as e:
