@@ -17,6 +17,7 @@ from pipeline.runner.clock import (
     Job,
     estimate_cpu,
     judge_of,
+    model_of,
     recorded_seconds,
     simulate,
 )
@@ -159,6 +160,10 @@ def test_cpu_stages_take_their_recorded_time_or_that_of_stages_like_them(tmp_pat
     }
     judges = ["local", "l2r-overlap"]
     assert judge_of("long2rag-judge@m1-l2r-overlap", judges) == "l2r-overlap"
+    models = {"m1", "m-2"}
+    assert model_of("long2rag-judge@m-2-l2r-overlap", judges, models) == "m-2"
+    assert model_of("summhay-generate@m1", judges, models) == "m1"
+    assert model_of("summhay-retrieve@m1", judges, models) is None
     assert judge_of("long2rag-generate@m1-local", judges) is None
     assert estimate_cpu("long2rag-aggregate", None, rec, {})[0] == 15.0
     by = {n: j for n in rec if (j := judge_of(n, judges))}

@@ -158,6 +158,18 @@ def estimate_cpu(
     return None, "unknown: no run of it or of one like it"
 
 
+def model_of(stage: str, judges: Sequence[str], models: set[str]) -> str | None:
+    """The models entry a `<bench>-generate@<model>` or `<bench>-judge@<model>-<judge>`
+    stage runs (None: another stage)."""
+    group, at, item = stage.partition("@")
+    if not at or not group.endswith(("-generate", "-judge")):
+        return None
+    judge = judge_of(stage, judges)
+    if judge is not None:
+        item = item[: -len(judge) - 1]
+    return item if item in models else None
+
+
 def judge_of(stage: str, judges: Sequence[str]) -> str | None:
     """The judge a `<bench>-judge@<model>-<judge>` stage names (the longest that fits)."""
     _, at, item = stage.partition("@")
@@ -251,10 +263,12 @@ def plan_clock(
         ncpu,
     )
     models: dict[str, tuple[float, float]] = {}
-    for r in plan.rows:
-        if r.model and r.kind in ("generate", "judge") and r.stage in timed:
-            s, e = models.get(r.model, (0.0, 0.0))
-            models[r.model] = (s + timed[r.stage][0], max(e, sched.end.get(r.stage, 0.0)))
+    entries = set(params.get("models") or {})
+    for n, (secs, _) in timed.items():
+        model = model_of(n, judge_names, entries)
+        if model is not None:
+            s, e = models.get(model, (0.0, 0.0))
+            models[model] = (s + secs, max(e, sched.end.get(n, 0.0)))
     return Clock(
         jobs,
         ncpu,

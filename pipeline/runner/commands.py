@@ -87,6 +87,12 @@ def plan(
             given |= {entry: spr for entry, (spr, _) in probed.items()}
             result = planning.plan_project(Path.cwd(), params, targets, seconds_per_request, given)
     clock = plan_clock(Path.cwd(), result, targets, jobs, load_yaml(params_path))
+    per_stage = {r.stage: 0 for r in result.rows}
+    for r in result.rows:
+        per_stage[r.stage] += 1
+    for r in result.rows:  # a CPU stage's time in its row (it sends nothing: "0 s" before)
+        if not r.requests and per_stage[r.stage] == 1 and r.stage in clock.stages:
+            r.time_s, r.time_basis = clock.stages[r.stage]
     if as_json:
         doc = result.to_json() | {"clock": clock.to_json()}
         doc["probe"] = {e: {"s_per_request": s, "sent": n} for e, (s, n) in probed.items()}

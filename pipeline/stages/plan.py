@@ -1064,6 +1064,10 @@ def probe(root: Path, plan: Plan, skip: Iterable[str] = ()) -> dict[str, tuple[f
     (seconds per request at its concurrency, requests sent)."""
     import time
 
+    import aiohttp  # noqa: F401 - the client's imports, out of the first probe's time
+    import httpx2  # noqa: F401
+    import openai  # noqa: F401
+
     from pipeline.llm.client import run_chat_sync
 
     out: dict[str, tuple[float, int]] = {}
