@@ -115,9 +115,15 @@ def _check_slices(
 def _check_settings(
     params: Params, sections: Mapping[str, BenchmarkParams], path: Path | str
 ) -> None:
-    """A model's `settings` against the settings of the benchmarks that run it: a list names
-    only settings one of them has; a mapping names benchmarks that run it and have settings
+    """A model's `settings` against the benchmarks' settings: a list names only settings one
+    of the project's benchmarks has (one that runs the model takes them; the names of a
+    benchmark that does not run it wait for it: the shipped baselines list SummHay's, and run
+    where a project keeps them); a mapping names benchmarks that run it and have settings
     (each one's names are checked by `_check_model_settings`)."""
+    every = {
+        b: n for b in sections if (n := registry.get(b).setting_names(sections[b])) is not None
+    }
+    known = {n for ns in every.values() for n in ns}
     for entry, spec in params.models.items():
         settings = getattr(spec, "settings", None)
         if settings is None or isinstance(spec, PublishedModel):
@@ -142,17 +148,16 @@ def _check_settings(
                         f" {', '.join(b for b, n in runs.items() if n is not None) or 'none'})",
                     )
             continue
-        valid = {b: n for b, n in runs.items() if n is not None}
-        names = {n for ns in valid.values() for n in ns}
-        unknown = [s for s in settings if s not in names]
+        valid = {b: n for b, n in runs.items() if n is not None} or every
+        unknown = [s for s in settings if s not in known]
         if unknown:
             hint = [f"{b}.retrievers" for b in valid if registry.get(b).retrieval is not None]
             raise problem(
                 path,
                 f"models.{entry}.settings",
-                f"{_unknown(unknown)}: no benchmark that runs {entry!r} has"
-                f" {'it' if len(unknown) == 1 else 'them'} ("
-                + ("; ".join(f"{b}: {', '.join(n)}" for b, n in valid.items()) or "none has any")
+                f"{_unknown(unknown)}: no benchmark has {'it' if len(unknown) == 1 else 'them'}"
+                f" (those that run {entry!r}: "
+                + "; ".join(f"{b}: {', '.join(n)}" for b, n in valid.items())
                 + (
                     f"; a retrievers entry is a setting once listed in {', '.join(hint)}"
                     if hint

@@ -133,7 +133,7 @@ def test_a_model_setting_is_checked_by_its_benchmark(tmp_path: Path) -> None:
     ).replace("models: [published]", "models: [published, q]")
     with pytest.raises(
         ConfigError,
-        match=r"models\.q\.settings: unknown setting 'orcale': no benchmark that runs 'q' has it",
+        match=r"models\.q\.settings: unknown setting 'orcale': no benchmark has it",
     ):
         load_params(_params_file(tmp_path, text))
 

@@ -417,8 +417,8 @@ def test_a_slow_model_runs_only_the_settings_it_picks(settings: Any) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["rag_64"], r"models\.slow\.settings: unknown setting 'rag_64': no benchmark that runs"
-         r" 'slow' has it \(long2rag: long_context, rag_512, rag_1024, rag_2048"),
+        (["rag_64"], r"models\.slow\.settings: unknown setting 'rag_64': no benchmark has it"
+         r" \(those that run 'slow': long2rag: long_context, rag_512, rag_1024, rag_2048;"),
         ({"long2rag": ["rag_512", "oracle"]}, r"models\.slow\.settings\.long2rag: unknown"
          r" setting 'oracle' \(long2rag has: long_context, rag_512, rag_1024, rag_2048\)"),
         ({"summhay": ["oracle"]}, r"models\.slow\.settings\.summhay: summhay\.models does not"
@@ -433,6 +433,24 @@ def test_an_unknown_setting_of_a_model_is_refused(settings: Any, message: str) -
 
     with pytest.raises(ConfigError, match=message):
         validate_params(_slow(settings))
+
+
+def test_a_list_may_name_settings_of_a_benchmark_that_does_not_run_the_model() -> None:
+    """lead's [oracle, bm25] are SummHay's: a project that runs lead in Long²RAG alone keeps
+    it (Long²RAG runs all of its own); a name no benchmark has is refused wherever it runs."""
+    from pipeline.core.errors import ConfigError
+    from pipeline.core.params import validate_params
+
+    raw = _params()
+    raw["summhay"]["models"].remove("lead")
+    validate_params(raw)
+    raw["models"]["lead"]["settings"] = ["oracle", "rag_64"]
+    with pytest.raises(ConfigError, match=r"models\.lead\.settings: unknown setting 'rag_64'"):
+        validate_params(raw)
+    raw["long2rag"]["models"].remove("lead")
+    raw["crud_rag"]["models"].remove("lead")
+    with pytest.raises(ConfigError, match=r"unknown setting 'rag_64': no benchmark has it"):
+        validate_params(raw)  # run by none: its names are checked all the same
 
 
 def test_the_shipped_models_keep_their_settings() -> None:
