@@ -233,3 +233,32 @@ def test_the_client_reports_when_its_oldest_request_in_flight_was_sent(
     )
     final = json.loads(progress.read_text())
     assert final["oldest"] is None and final["done"] == final["total"]
+
+
+def test_the_probe_measures_a_rate_and_leaves_its_answers_in_the_cache(tmp_path: Path) -> None:
+    """`lfbench plan --probe`: a few real requests, whose answers the run then finds in the
+    response cache (counted as cached: never paid twice)."""
+    from pipeline.llm.client import cache_key
+    from pipeline.stages.plan import Plan, StagePlan, cached_answers, probe
+    from pipeline.testing.server import TestServer
+
+    stage = "long2rag-generate@slow"
+    with TestServer(latency_ms=400, cwd=ROOT) as srv:
+        ep = EndpointConfig(base_url=srv.base_url, model="m", max_concurrency=2, api_key_env=None)
+        reqs = [
+            ChatRequest(
+                key=f"k{i}", messages=[{"role": "user", "content": f"q{i}"}], prompt_sha="p"
+            )
+            for i in range(3)
+        ]
+        row = StagePlan(stage, "generate", "long2rag", "slow", requests=10, probe=(ep, reqs))
+        measured = StagePlan("x-generate@fast", "generate", "long2rag", "fast", requests=10)
+        measured.time_basis, measured.probe = "measured rate of an earlier run", (ep, reqs)
+        got = probe(tmp_path, Plan([stage], [row, measured], []))
+        assert len(srv.log()) == 3  # the measured one is not probed
+    assert set(got) == {"slow"}
+    spr, sent = got["slow"]
+    assert sent == 3 and 0.4 <= spr < 2.0  # two waves of 0.4 s, per wave
+    keys = [cache_key(ep, r) for r in reqs]
+    assert set(cached_answers(tmp_path, stage, keys)) == set(keys)
+    assert "probe" not in row.row()  # the JSON rows stay plain
