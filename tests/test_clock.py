@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.core.types import ChatRequest, EndpointConfig
 from pipeline.runner.clock import (
+    STAGE_OVERHEAD_S,
     Job,
     estimate_cpu,
     judge_of,
@@ -170,6 +171,14 @@ def test_cpu_stages_take_their_recorded_time_or_that_of_stages_like_them(tmp_pat
     secs, basis = estimate_cpu("long2rag-judge@new-local", "local", rec, by)
     assert secs == 30.0 and basis.startswith("the mean of 2")  # (40 + 20) / 2, not the overlap
     assert estimate_cpu("crux-aggregate", None, rec, by)[0] is None
+    # per answer judged, beyond the stage's overhead: lead's 40 s for 100 answers and
+    # extractive's 20 s for 50 answers are (40 - 3) / 100 and (20 - 3) / 50 s an answer
+    counts = {"long2rag-judge@lead-local": 100, "long2rag-judge@extractive-local": 50}
+    counts["long2rag-judge@new-local"] = 25
+    secs, basis = estimate_cpu("long2rag-judge@new-local", "local", rec, by, counts.get)
+    assert STAGE_OVERHEAD_S == 3.0
+    assert secs == pytest.approx(3 + (0.37 + 0.34) / 2 * 25)
+    assert basis.endswith("per answer, for 25 answers")
 
 
 # ---------------------------------------------------------------- the live view

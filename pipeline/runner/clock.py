@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,17 +145,28 @@ def group_of(stage: str, judge: str | None = None) -> str:
 
 
 def estimate_cpu(
-    stage: str, judge: str | None, recorded: Mapping[str, float], judges: Mapping[str, str]
+    stage: str,
+    judge: str | None,
+    recorded: Mapping[str, float],
+    judges: Mapping[str, str],
+    answers: Callable[[str], int | None] = lambda _: None,
 ) -> tuple[float | None, str]:
     """A CPU stage's seconds and how they were found: its own last run, else the mean of its
-    group's (`judges`: a recorded stage -> its judge, for the group)."""
+    group's (`judges`: a recorded stage -> its judge, for the group); a judge stage's the mean
+    per answer judged times its answers, when `answers` knows them all (beyond
+    `STAGE_OVERHEAD_S`: the same judge on a model with a quarter of the answers)."""
     if stage in recorded:
         return recorded[stage], "its last run"
     key = group_of(stage, judge)
-    peers = [s for n, s in recorded.items() if group_of(n, judges.get(n)) == key]
-    if peers:
-        return statistics.fmean(peers), f"the mean of {len(peers)} like it ({key})"
-    return None, "unknown: no run of it or of one like it"
+    peers = [(n, s) for n, s in recorded.items() if group_of(n, judges.get(n)) == key]
+    if not peers:
+        return None, "unknown: no run of it or of one like it"
+    mine = answers(stage)
+    per = [max(0.0, s - STAGE_OVERHEAD_S) / a for n, s in peers if (a := answers(n))]
+    if mine is not None and len(per) == len(peers):
+        secs = STAGE_OVERHEAD_S + statistics.fmean(per) * mine
+        return secs, f"{len(peers)} like it ({key}), per answer, for {mine} answers"
+    return statistics.fmean(s for _, s in peers), f"the mean of {len(peers)} like it ({key})"
 
 
 def model_of(stage: str, judges: Sequence[str], models: set[str]) -> str | None:
@@ -237,6 +248,26 @@ def plan_clock(
     judges = {n: j for n in recorded if (j := judge_of(n, judge_names))}
     timed: dict[str, tuple[float, str]] = {}
     unknown = []
+    entries = set(params.get("models") or {})
+    planned: dict[str, int] = {
+        r.stage: int(r.built) for r in plan.rows if r.kind == "generate" and r.built
+    }
+
+    def answers(stage: str) -> int | None:
+        """The answers a judge stage judges: its model's planned generations, else the
+        generations file there is (None: not a judge stage, or not known)."""
+        model = model_of(stage, judge_names, entries)
+        if model is None or "-judge@" not in stage:
+            return None
+        bench = stage.split("-judge@", 1)[0]
+        if f"{bench}-generate@{model}" in planned:
+            return planned[f"{bench}-generate@{model}"]
+        try:
+            with (root / "generations" / bench / f"{model}.jsonl").open("rb") as f:
+                return sum(1 for line in f if line.strip()) or None
+        except OSError:
+            return None
+
     for n in names:
         if n not in runs:
             continue
@@ -252,7 +283,7 @@ def plan_clock(
         if cores[n] == 0:  # an endpoint stage with nothing to send: its process only
             timed[n] = (STAGE_OVERHEAD_S, "nothing to send")
             continue
-        secs, basis = estimate_cpu(n, judge_of(n, judge_names), recorded, judges)
+        secs, basis = estimate_cpu(n, judge_of(n, judge_names), recorded, judges, answers)
         if secs is None:
             unknown.append(n)
         else:
@@ -263,7 +294,6 @@ def plan_clock(
         ncpu,
     )
     models: dict[str, tuple[float, float]] = {}
-    entries = set(params.get("models") or {})
     for n, (secs, _) in timed.items():
         model = model_of(n, judge_names, entries)
         if model is not None:
@@ -295,7 +325,7 @@ def render_clock(clock: Clock) -> str:
     for m, (s, e) in sorted(clock.models.items(), key=lambda kv: kv[1][1]):
         lines.append(f"  {m}: its stages {_t(s)}, done at about {_t(e)}")
     for n, (s, basis) in clock.stages.items():
-        if not basis.startswith(("its last run", "the mean")):
+        if not basis.startswith(("its last run", "the mean")) and "like it" not in basis:
             continue
         lines.append(f"  {n}: {_t(s)} from {basis}")
     if clock.unknown:
