@@ -883,6 +883,12 @@ class Benchmark(ABC, Generic[P, D, I]):
     def check_params(self, section: P, params: Params) -> None:
         """Cross-checks between the section and the model/judge entries (raise ValueError)."""
 
+    def setting_names(self, section: P) -> Sequence[str] | None:
+        """The settings a model entry's `settings` picks from here (None: the benchmark has
+        none; a name of a model's list that no benchmark of the model has is refused, see
+        `pipeline.core.config.settings_for`)."""
+        return None
+
     # ---- construct
 
     @abstractmethod

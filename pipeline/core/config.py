@@ -106,6 +106,33 @@ class Strict(BaseModel):
 
 # ---------------------------------------------------------------- models under test
 
+# A model entry's `settings`: one list for every benchmark it runs in (each takes the names it
+# has), or a list per benchmark. See `settings_for`.
+ModelSettings = list[str] | dict[str, Annotated[list[str], Field(min_length=1)]]
+
+
+def _settings_once(settings: ModelSettings | None) -> ModelSettings | None:
+    if isinstance(settings, dict):
+        for bench, names in settings.items():
+            no_repeats(**{f"settings.{bench}": names})
+    else:
+        no_repeats(settings=settings or [])
+    return settings
+
+
+def settings_for(spec: object, benchmark: str, names: Sequence[str]) -> list[str] | None:
+    """The settings a model entry picks for `benchmark`, whose settings are `names`; None: the
+    benchmark's default (the entry names none of them). A list keeps the names `benchmark`
+    has (the others belong to its other benchmarks: `pipeline.core.params` refuses a name
+    none of them has); a mapping gives `benchmark`'s own list. In the entry's order."""
+    settings = getattr(spec, "settings", None)
+    if settings is None:
+        return None
+    if isinstance(settings, dict):
+        return list(settings[benchmark]) if benchmark in settings else None
+    picked = [s for s in settings if s in names]
+    return picked or None
+
 
 class PublishedModel(Strict):
     """Replays the outputs a paper released (SummHay: 78 systems' summaries, news haystacks)."""
@@ -160,11 +187,12 @@ class OpenAIModel(EndpointConfig):
     system: str | None = Field(
         default=None, description="the name reported in results (default: the entry's name)"
     )
-    settings: list[str] | None = Field(
+    settings: ModelSettings | None = Field(
         default=None,
         min_length=1,
-        description="the context settings to run, as the benchmark names them (checked by the"
-        " benchmark; default: the benchmark's default)",
+        description="the context settings to run, as the benchmarks name them: a list (each"
+        " benchmark takes the names it has, its default when none; a name no benchmark of the"
+        " model has is refused) or {benchmark: [names]} (default: each benchmark's default)",
     )
     samples: int = Field(default=1, ge=1, description="outputs per item and setting")
     on_truncation: Literal["keep", "retry", "fail"] = Field(
@@ -193,9 +221,8 @@ class OpenAIModel(EndpointConfig):
 
     @field_validator("settings")
     @classmethod
-    def _once(cls, settings: list[str] | None) -> list[str] | None:
-        no_repeats(settings=settings or [])
-        return settings
+    def _once(cls, settings: ModelSettings | None) -> ModelSettings | None:
+        return _settings_once(settings)
 
 
 class BaselineModel(Strict):
@@ -209,10 +236,11 @@ class BaselineModel(Strict):
     system: str | None = Field(
         default=None, description="the name reported in results (default: the entry's name)"
     )
-    settings: list[str] | None = Field(
+    settings: ModelSettings | None = Field(
         default=None,
         min_length=1,
-        description="the context settings to run (checked by the benchmark; default: its default)",
+        description="the context settings to run: a list or {benchmark: [names]}, as for an"
+        " openai model (default: each benchmark's default)",
     )
     length_study: bool = Field(
         default=True,
@@ -225,9 +253,8 @@ class BaselineModel(Strict):
 
     @field_validator("settings")
     @classmethod
-    def _once(cls, settings: list[str] | None) -> list[str] | None:
-        no_repeats(settings=settings or [])
-        return settings
+    def _once(cls, settings: ModelSettings | None) -> ModelSettings | None:
+        return _settings_once(settings)
 
 
 class PythonModel(Strict):

@@ -21,6 +21,7 @@ from pipeline.core.config import (
     OwnedJudge,
     OwnedModel,
     Params,
+    PublishedModel,
     RerankRetriever,
     RunRetriever,
     invalid,
@@ -89,6 +90,7 @@ def validate_params(
         _check_section(registry.get(name), section, params, path)
     if benchmarks is None:
         _check_slices(params, sections, path)
+        _check_settings(params, sections, path)
     params._sections.update(sections)
     return params
 
@@ -109,6 +111,92 @@ def _check_slices(
                     f"models.{entry}.slice.{bench}",
                     f"{bench}.models does not list {entry!r}: the slice would never be used",
                 )
+
+
+def _check_settings(
+    params: Params, sections: Mapping[str, BenchmarkParams], path: Path | str
+) -> None:
+    """A model's `settings` against the benchmarks' settings: a list names only settings one
+    of the project's benchmarks has (one that runs the model takes them; the names of a
+    benchmark that does not run it wait for it: the shipped baselines list SummHay's, and run
+    where a project keeps them); a mapping names benchmarks that run it and have settings
+    (each one's names are checked by `_check_model_settings`)."""
+    every = {
+        b: n for b in sections if (n := registry.get(b).setting_names(sections[b])) is not None
+    }
+    known = {n for ns in every.values() for n in ns}
+    for entry, spec in params.models.items():
+        settings = getattr(spec, "settings", None)
+        if settings is None or isinstance(spec, PublishedModel):
+            continue
+        runs = {
+            b: registry.get(b).setting_names(sections[b])
+            for b in sections
+            if entry in sections[b].models
+        }
+        if isinstance(settings, dict):
+            for bench in settings:
+                if runs.get(bench) is None:
+                    why = f"{bench}.models does not list {entry!r}"
+                    if bench not in sections:
+                        why = f"no benchmark section {bench!r}"
+                    elif bench in runs:
+                        why = f"{bench} has no settings a model picks"
+                    raise problem(
+                        path,
+                        f"models.{entry}.settings.{bench}",
+                        f"{why} (benchmarks that run {entry!r} with settings:"
+                        f" {', '.join(b for b, n in runs.items() if n is not None) or 'none'})",
+                    )
+            continue
+        valid = {b: n for b, n in runs.items() if n is not None} or every
+        unknown = [s for s in settings if s not in known]
+        if unknown:
+            hint = [f"{b}.retrievers" for b in valid if registry.get(b).retrieval is not None]
+            raise problem(
+                path,
+                f"models.{entry}.settings",
+                f"{_unknown(unknown)}: no benchmark has {'it' if len(unknown) == 1 else 'them'}"
+                f" (those that run {entry!r}: "
+                + "; ".join(f"{b}: {', '.join(n)}" for b, n in valid.items())
+                + (
+                    f"; a retrievers entry is a setting once listed in {', '.join(hint)}"
+                    if hint
+                    else ""
+                )
+                + ")",
+            )
+
+
+def _check_model_settings(
+    bench: AnyBenchmark, section: BenchmarkParams, params: Params, path: Path | str
+) -> None:
+    """The settings a mapping gives this benchmark for a model it runs: its own names."""
+    names = bench.setting_names(section)
+    for entry in section.models:
+        spec = params.models[entry]
+        settings = getattr(spec, "settings", None)
+        if isinstance(spec, PublishedModel) or not isinstance(settings, dict):
+            continue
+        if bench.name not in settings:
+            continue
+        if names is None:
+            raise problem(
+                path,
+                f"models.{entry}.settings.{bench.name}",
+                f"{bench.name} has no settings a model picks",
+            )
+        unknown = [s for s in settings[bench.name] if s not in names]
+        if unknown:
+            raise problem(
+                path,
+                f"models.{entry}.settings.{bench.name}",
+                f"{_unknown(unknown)} ({bench.name} has: {', '.join(names)})",
+            )
+
+
+def _unknown(names: list[str]) -> str:
+    return f"unknown setting{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
 def _provider_of(cls: type[BaseModel]) -> str:
@@ -172,6 +260,7 @@ def _check_section(
                 f"names no file for {name}, which lists {entry!r} in its models",
             )
     _check_retrievers(bench, section, params, path)
+    _check_model_settings(bench, section, params, path)
     try:
         bench.check_params(section, params)
     except ValueError as e:

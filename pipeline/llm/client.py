@@ -631,6 +631,7 @@ class _Sender:
                 raise _Stopped(attempts, sent)
             attempts += 1
             self.wire.add(key)
+            _PROGRESS_FILE.on_wire(key)
             try:
                 answer = await self._attempt(body)
             except _Retry as e:
@@ -663,6 +664,7 @@ class _Sender:
                 return None, f"unexpected error: {msg}", attempts, sent + 1
             finally:
                 self.wire.discard(key)
+                _PROGRESS_FILE.off_wire(key)
             if self.limiter is not None:
                 self.limiter.reconcile(estimate, answer.input_tokens + answer.output_tokens)
             return answer, None, attempts, sent + 1
@@ -679,15 +681,27 @@ def _short(text: str, n: int = 300) -> str:
 class _ProgressFile:
     """The stage's requests done / total so far, for `lfbench repro`'s live view: written (at
     most twice a second, atomically) to the file `$LFBENCH_PROGRESS_FILE` names, summed over
-    every batch the stage sends."""
+    every batch the stage sends. With them, for the view's clock, in wall-clock seconds since
+    the epoch (the driver may be another machine): `t0`, when the first batch began, and
+    `oldest`, when the oldest attempt now on the wire was sent (None: none is)."""
 
     def __init__(self) -> None:
         self.done = self.total = self.errors = 0
         self.written = 0.0
+        self.t0: float | None = None
+        self.wire: dict[str, float] = {}  # cache key -> when its attempt was sent
 
     def add(self, total: int) -> None:
         self.total += total
+        self.t0 = self.t0 or time.time()
         self.write(force=True)
+
+    def on_wire(self, key: str) -> None:
+        self.wire[key] = time.time()
+        self.write(force=len(self.wire) == 1)  # the oldest changed from none
+
+    def off_wire(self, key: str) -> None:
+        self.wire.pop(key, None)
 
     def advance(self, ok: bool) -> None:
         self.done += 1
@@ -700,7 +714,13 @@ class _ProgressFile:
         if not path or (not force and now - self.written < 0.5):
             return
         self.written = now
-        body = {"done": self.done, "total": self.total, "errors": self.errors}
+        body: dict[str, float | None] = {
+            "done": self.done,
+            "total": self.total,
+            "errors": self.errors,
+            "t0": self.t0,
+            "oldest": min(self.wire.values(), default=None),
+        }
         tmp = Path(f"{path}.{os.getpid()}.tmp")
         try:
             tmp.write_text(json.dumps(body), encoding="utf-8")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,6 +25,30 @@ from pipeline.core.params import load_params
     help="Assumed time of one request, for the time of stages without a rate limit or a"
     " measured rate (requests run max_concurrency at a time).",
 )
+@click.option(
+    "--rate",
+    "rates",
+    multiple=True,
+    metavar="NAME=SECONDS",
+    help="Seconds one request of a models (or judges) entry takes, for its stages' time (its"
+    " requests run max_concurrency at a time); repeat per entry. A measured rate (an earlier or"
+    " stopped run's) wins.",
+)
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="Measure each model and judge entry without a rate: send its first stage's first 3"
+    " requests for real, through the response cache (the run then reuses them), and plan with"
+    " the time they took.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="The `lfbench repro --jobs` to give the wall time of: the stages' schedule simulated.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option(
     "--dry",
@@ -35,22 +60,69 @@ def plan(
     targets: tuple[str, ...],
     params_path: Path,
     seconds_per_request: float | None,
+    rates: tuple[str, ...],
+    probe: bool,
+    jobs: int,
     as_json: bool,
     dry: bool,
 ) -> None:
-    """What `dvc repro [TARGETS]` would send, sending nothing: per stage DVC reports changed,
-    model and judge, the requests (less the response cache's hits), prompt and completion
-    tokens, dollars and time."""
-    from pipeline.stages.plan import dvc_dry_run, plan_project, render
+    """What `dvc repro [TARGETS]` would send, sending nothing (but `--probe`'s few requests):
+    per stage DVC reports changed, model and judge, the requests (less the response cache's
+    hits), prompt and completion tokens, dollars and time; then the wall time of the whole run
+    at `--jobs`, and when each model's stages are done."""
+    from pipeline.core.config import load_yaml
+    from pipeline.runner.clock import plan_clock, render_clock
+    from pipeline.stages import plan as planning
 
     if dry:
-        dvc_dry_run(Path.cwd(), targets)
+        planning.dvc_dry_run(Path.cwd(), targets)
         return
-    result = plan_project(Path.cwd(), load_params(params_path), targets, seconds_per_request)
+    params = load_params(params_path)
+    given = _rates(rates, params)
+    result = planning.plan_project(Path.cwd(), params, targets, seconds_per_request, given)
+    probed: dict[str, tuple[float, int]] = {}
+    if probe:
+        probed = planning.probe(Path.cwd(), result, given)
+        if probed:  # planned again: the probe's answers are cache hits now
+            given |= {entry: spr for entry, (spr, _) in probed.items()}
+            result = planning.plan_project(Path.cwd(), params, targets, seconds_per_request, given)
+    clock = plan_clock(Path.cwd(), result, targets, jobs, load_yaml(params_path))
+    per_stage = {r.stage: 0 for r in result.rows}
+    for r in result.rows:
+        per_stage[r.stage] += 1
+    for r in result.rows:  # a CPU stage's time in its row (it sends nothing: "0 s" before)
+        if not r.requests and per_stage[r.stage] == 1 and r.stage in clock.stages:
+            r.time_s, r.time_basis = clock.stages[r.stage]
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
+        doc = result.to_json() | {"clock": clock.to_json()}
+        doc["probe"] = {e: {"s_per_request": s, "sent": n} for e, (s, n) in probed.items()}
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
     else:
-        click.echo(render(result), nl=False)
+        for entry, (spr, n) in probed.items():
+            click.echo(f"probe: {entry}: {n} requests sent (cached), {spr:.2f} s per request")
+        click.echo(planning.render(result), nl=False)
+        click.echo(render_clock(clock), nl=False)
+
+
+def _rates(given: tuple[str, ...], params: Any) -> dict[str, float]:
+    """--rate NAME=SECONDS, each NAME a models, judges or retrievers entry."""
+    out = {}
+    for text in given:
+        name, eq, value = text.partition("=")
+        try:
+            secs = float(value) if eq else -1.0
+        except ValueError:
+            secs = -1.0
+        if secs <= 0 or secs != secs:
+            raise click.BadParameter(
+                f"{text!r}: use NAME=SECONDS, e.g. qwen-7b=2.5", param_hint="--rate"
+            )
+        if name not in {**params.models, **params.judges, **params.retrievers}:
+            raise click.BadParameter(
+                f"{name!r} is no models, judges or retrievers entry", param_hint="--rate"
+            )
+        out[name] = secs
+    return out
 
 
 @click.command()

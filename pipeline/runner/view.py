@@ -37,14 +37,34 @@ STYLE = {
 EVERY_S = 30.0
 
 
-def progress_text(st: StageState) -> str:
+def progress_text(st: StageState, now: float | None = None) -> str:
     p = st.progress
     if not p or not p.get("total"):
         return ""
     text = f"{p.get('done', 0)}/{p['total']} requests"
     if p.get("errors"):
         text += f", {p['errors']} errors"
-    return text
+    return text + clock_text(p, time.time() if now is None else now)
+
+
+def clock_text(p: Mapping[str, Any], now: float) -> str:
+    """The stage's clock from the model client's progress (wall-clock seconds): the time left
+    at the rate so far (`t0`: its first batch began) and the age of the oldest request on the
+    wire (`oldest`); a stale one shows a server that holds it (or a queue before it)."""
+    out = ""
+    done, total, t0, oldest = p.get("done", 0), p.get("total", 0), p.get("t0"), p.get("oldest")
+    if isinstance(t0, int | float) and 0 < done < total and now > t0:
+        out += f", ETA {_clock((total - done) * (now - t0) / done)}"
+    if isinstance(oldest, int | float) and done < total:
+        out += f", oldest {_clock(max(0.0, now - oldest))}"
+    return out
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
 def elapsed(st: StageState, now: float) -> str:

@@ -11,8 +11,11 @@ response cache and the stage's journal (never sent), and counted:
 - completion tokens: an upper bound (each request's max_tokens), and an estimate where an earlier
   run of the same stage recorded its mean answer length (its usage file);
 - dollars from the entry's prices (upper bound, and estimate), and a time: at least what the
-  entry's rate limits allow, or the measured request rate of an earlier run of the stage, or
-  `seconds_per_request` per request at the entry's concurrency when given.
+  entry's rate limits allow, or the measured request rate of an earlier run of the stage (its
+  usage file; for a run stopped before its end, the progress file the model client wrote:
+  requests answered over the time it sent), or the seconds per request given for the model or
+  judge entry (`rates`, `lfbench plan --rate NAME=SECONDS` or `--probe`), else for every entry
+  (`seconds_per_request`), at the entry's concurrency.
 
 A judge stage whose generations do not exist yet (or will be remade) judges the answers the
 response cache already holds for them, and stand-ins for the others: one per planned generation,
@@ -71,6 +74,8 @@ from pipeline.stages.generate import model_dataset
 
 # a whole RAG system's answer, for planning its judging before it ran (about 300 words)
 SYSTEM_ANSWER_TOKENS = 400
+# requests `lfbench plan --probe` sends per model or judge entry
+PROBE_REQUESTS = 3
 
 # ---------------------------------------------------------------- arithmetic
 
@@ -133,7 +138,10 @@ def duration(
             )
         )
     if not floors:
-        return None, "unknown: no rate limit, no measured rate (give --seconds-per-request)"
+        return None, (
+            "unknown: no rate limit, no measured rate (give --rate NAME=SECONDS, --probe or"
+            " --seconds-per-request)"
+        )
     secs, basis = max(floors)
     return secs, basis
 
@@ -163,9 +171,13 @@ class StagePlan:
     # requests whose prompt and max_tokens exceed the entry's context_window (none declared: 0)
     over_context: int = 0
     notes: list[str] = field(default_factory=list)
+    # the first requests it would send, with their endpoint: what `lfbench plan --probe` sends
+    probe: tuple[EndpointConfig, list[ChatRequest]] | None = field(default=None, repr=False)
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(replace(self, probe=None))
+        out.pop("probe")
+        return out
 
 
 @dataclass(frozen=True)
@@ -214,6 +226,8 @@ def fill(
     hits = cached_answers(root, stage, real)
     todo = [b for k, b in by_key.items() if k not in hits]
     plan.built, plan.cache_hits, plan.requests = len(by_key), len(hits), len(todo)
+    real_todo = [b.request for b in todo if b.standin is None]
+    plan.probe = (endpoint, real_todo[:PROBE_REQUESTS]) if real_todo else None
     sizes = [message_tokens(b.request) + b.extra_tokens for b in todo]
     plan.prompt_tokens = sum(sizes)
     over = over_window(endpoint, [(b.request, n) for b, n in zip(todo, sizes, strict=True)])
@@ -221,7 +235,7 @@ def fill(
     if over:
         plan.notes.append(window_note(endpoint, over, len(todo)))
     plan.completion_tokens_max = sum(effective_max_tokens(endpoint, b.request) for b in todo)
-    mean = measured.mean_output if measured else None
+    mean = measured.mean_output if measured and measured.output_tokens else None
     plan.completion_tokens_est = None if mean is None else round(mean * len(todo))
     if unpriced and plan.requests:
         plan.cost_usd_max = None
@@ -302,10 +316,31 @@ def cached_answers(root: Path, stage: str, keys: Sequence[str]) -> dict[str, str
     return found | {k: a.text for k, a in got.items()}
 
 
-def measured(path: Path) -> Measured | None:
-    """An earlier run's usage file of this stage, when it sent anything."""
+def interrupted(root: Path, stage: str) -> Measured | None:
+    """What the newest run of `stage` that answered anything wrote to its progress file
+    (`.lfbench/progress/<run>/<stage>.json`, the model client's, run state): requests
+    answered, over the time from its first batch to its last write. A run stopped before its
+    end leaves no usage file, but this."""
+    best: tuple[float, Measured] | None = None
+    for path in (root / ".lfbench" / "progress").glob(f"*/{stage.replace('/', '_')}.json"):
+        try:
+            raw = read_json(path)
+            mtime = path.stat().st_mtime
+        except (OSError, ValueError, DataError):
+            continue
+        done, t0 = raw.get("done"), raw.get("t0") if isinstance(raw, dict) else None
+        if not isinstance(done, int) or not isinstance(t0, int | float) or done <= 0:
+            continue
+        if mtime > t0 and (best is None or mtime > best[0]):
+            best = (mtime, Measured(done, 0, mtime - t0))
+    return best[1] if best else None
+
+
+def measured(path: Path, root: Path | None = None, stage: str | None = None) -> Measured | None:
+    """An earlier run's usage file of this stage, when it sent anything; else (`root` and
+    `stage` given) what a stopped run of it measured (`interrupted`)."""
     if not path.exists():
-        return None
+        return interrupted(root, stage) if root is not None and stage is not None else None
     raw = read_json(path)
     sent = int(raw.get("requests_sent") or 0)
     if sent <= 0:
@@ -357,13 +392,23 @@ class Planner:
     """Plans the stages of one project: params, benchmarks and their datasets, read once."""
 
     def __init__(
-        self, root: Path, params: Params, changed: Sequence[str], seconds_per_request: float | None
+        self,
+        root: Path,
+        params: Params,
+        changed: Sequence[str],
+        seconds_per_request: float | None,
+        rates: Mapping[str, float] | None = None,
     ) -> None:
         self.root = root
         self.params = params
         self.changed = set(changed)
         self.seconds_per_request = seconds_per_request
+        self.rates = dict(rates or {})  # a models/judges/retrievers entry -> s per request
         self._datasets: dict[str, list[Any]] = {}
+
+    def spr(self, entry: str | None) -> float | None:
+        """The seconds per request to assume for an entry: its own rate, else the default."""
+        return self.rates.get(entry or "", self.seconds_per_request)
 
     def _bench(self, name: str) -> AnyBenchmark:
         from pipeline.core import registry
@@ -512,7 +557,7 @@ class Planner:
             plan.requests,
             plan.prompt_tokens,
             measured_rate=None,
-            seconds_per_request=self.seconds_per_request,
+            seconds_per_request=self.spr(name),
         )
         return plan
 
@@ -537,8 +582,8 @@ class Planner:
             [Built(p.request) for p in planned],
             self.root,
             generate_stage(benchmark, model),
-            measured(usage_path(out)),
-            self.seconds_per_request,
+            measured(usage_path(out), self.root, stage),
+            self.spr(model),
             unpriced(spec),
         )
 
@@ -659,8 +704,8 @@ class Planner:
             built,
             self.root,
             judge_stage(benchmark, model, judge),
-            measured(usage_path(out)),
-            self.seconds_per_request,
+            measured(usage_path(out), self.root, cmd.name),
+            self.spr(judge),
             unpriced(spec),
         )
 
@@ -711,7 +756,7 @@ class Planner:
                     self.root,
                     stage_llm,
                     None,
-                    self.seconds_per_request,
+                    self.spr(name),
                     unpriced(spec),
                 )
             elif kind == "released":
@@ -882,9 +927,10 @@ def make_plan(
     params: Params,
     stages: Iterable[StageCmd],
     seconds_per_request: float | None = None,
+    rates: Mapping[str, float] | None = None,
 ) -> Plan:
     stages = list(stages)
-    planner = Planner(root, params, [s.name for s in stages], seconds_per_request)
+    planner = Planner(root, params, [s.name for s in stages], seconds_per_request, rates)
     rows = [row for s in stages for row in planner.stage_plans(s)]
     notes = (
         [
@@ -902,8 +948,9 @@ def plan_project(
     params: Params,
     targets: Sequence[str] = (),
     seconds_per_request: float | None = None,
+    rates: Mapping[str, float] | None = None,
 ) -> Plan:
-    return make_plan(root, params, changed_stages(root, targets), seconds_per_request)
+    return make_plan(root, params, changed_stages(root, targets), seconds_per_request, rates)
 
 
 # ---------------------------------------------------------------- output
@@ -1006,3 +1053,41 @@ def dvc_dry_run(root: Path, targets: Sequence[str] = ()) -> list[str]:
         return dvc.dry_run(root, targets, sys.stdout)
     except dvc.DvcError as e:
         raise LfbenchError(f"dvc repro --dry: {' '.join(str(e).split())}") from e
+
+
+# ---------------------------------------------------------------- --probe
+
+
+def probe(root: Path, plan: Plan, skip: Iterable[str] = ()) -> dict[str, tuple[float, int]]:
+    """`lfbench plan --probe`: for each model or judge entry of the plan that has no measured
+    rate and is not in `skip`, its first stage's first `PROBE_REQUESTS` requests sent for real,
+    through the response cache (the run then finds them there: never paid twice); entry ->
+    (seconds per request at its concurrency, requests sent)."""
+    import time
+
+    import aiohttp  # noqa: F401 - the client's imports, out of the first probe's time
+    import httpx2  # noqa: F401
+    import openai  # noqa: F401
+
+    from pipeline.llm.client import run_chat_sync
+
+    out: dict[str, tuple[float, int]] = {}
+    skipped = set(skip)
+    for r in plan.rows:
+        entry = r.model if r.kind == "generate" else r.judge
+        if not entry or entry in out or entry in skipped or r.probe is None:
+            continue
+        if r.time_basis.startswith("measured"):
+            continue
+        endpoint, requests = r.probe
+        cache_path, _ = llm_paths(root, r.stage)
+        t0 = time.monotonic()
+        _, report = run_chat_sync(
+            endpoint, requests, cache_path=cache_path, journal_path=None,
+            label=f"probe {entry}", progress=False,
+        )  # fmt: skip
+        wall = time.monotonic() - t0
+        if report.requests_sent and report.errors < len(requests):
+            waves = math.ceil(len(requests) / endpoint.max_concurrency)
+            out[entry] = (wall / waves, report.requests_sent)
+    return out

@@ -132,7 +132,8 @@ def test_a_model_setting_is_checked_by_its_benchmark(tmp_path: Path) -> None:
         "  q: {provider: openai, base_url: 'http://x/v1', model: m, settings: [orcale]}",
     ).replace("models: [published]", "models: [published, q]")
     with pytest.raises(
-        ConfigError, match=r"summhay: models\.q\.settings: unknown setting 'orcale'"
+        ConfigError,
+        match=r"models\.q\.settings: unknown setting 'orcale': no benchmark has it",
     ):
         load_params(_params_file(tmp_path, text))
 

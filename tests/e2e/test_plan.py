@@ -61,6 +61,12 @@ def test_plan_matches_what_dvc_repro_sends(project: Path, tmp_path: Path) -> Non
         # no-model stages: listed, nothing to send
         assert rows[("local-judge-train", None)]["requests"] == 0
         assert judge["time_s"] == pytest.approx((judge["requests"] - 1) * 60 / 600)
+        # the clock: every stage that runs timed or named unknown, the wall time at --jobs
+        # (default 8) no more than the stages one after another
+        clock = plan["clock"]
+        assert "summhay-generate@tiny" in clock["unknown"]  # no rate given, none measured
+        assert "summhay-judge@tiny-llm" in clock["stages"]  # its rate limit
+        assert 0 < clock["wall_s"] <= clock["serial_s"]
 
         # the other benchmarks' stages send nothing: SummHay's are the whole plan
         run(["dvc", "repro", *SUMMHAY_TARGETS], project, env=_env())

@@ -272,6 +272,9 @@ class Long2Rag(Benchmark[Long2ragParams, Question, Question]):
     retrieval = Long2ragRetrieval()
     systems = Long2ragSystems()
 
+    def setting_names(self, section: Long2ragParams) -> Sequence[str]:
+        return section.settings
+
     def check_params(self, section: Long2ragParams, params: Params) -> None:
         for setting in section.settings:
             name = generation.ranker_of(setting)

@@ -32,7 +32,7 @@ from typing import Any
 from pipeline.benchmarks.long2rag.params import Long2ragGeneration, Long2ragParams
 from pipeline.benchmarks.long2rag.schema import Question
 from pipeline.core.benchmark import Planned
-from pipeline.core.config import OpenAIModel
+from pipeline.core.config import OpenAIModel, settings_for
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt
 from pipeline.core.records import Generation, generation_id
@@ -265,14 +265,24 @@ def context_meta(ctx: Context) -> dict[str, Any]:
 # ---------------------------------------------------------------- the stage's two paths
 
 
+def settings_of(section: Long2ragParams, spec: object) -> list[str]:
+    """The settings a model runs in: those of `long2rag.settings` its entry's `settings`
+    picks (in the section's order), else all of them."""
+    picked = settings_for(spec, "long2rag", section.settings)
+    return [s for s in section.settings if s in picked] if picked else list(section.settings)
+
+
 def contexts(
-    section: Long2ragParams, dataset: Sequence[Question], rank_of: RankOf = no_ranking
+    section: Long2ragParams,
+    dataset: Sequence[Question],
+    rank_of: RankOf = no_ranking,
+    settings: Sequence[str] | None = None,
 ) -> list[tuple[Question, Context]]:
-    """Every (question, setting) context, in dataset order."""
+    """Every (question, setting) context, in dataset order (`settings`: default, all)."""
     return [
         (q, build_context(q, s, section.generation, rank_of))
         for q in dataset
-        for s in section.settings
+        for s in (section.settings if settings is None else settings)
     ]
 
 
@@ -292,7 +302,7 @@ def plan(
     system = system_of(model, spec)
     max_tokens = section.generation.max_tokens or spec.max_tokens
     out = []
-    for q, ctx in contexts(section, dataset, rank_of):
+    for q, ctx in contexts(section, dataset, rank_of, settings_of(section, spec)):
         request = ChatRequest(
             key=generation_id(q.item_id, system, ctx.setting, 0),
             messages=[{"role": "user", "content": render_prompt(prompt, q, ctx)}],
@@ -322,7 +332,7 @@ def offline(
         raise ConfigError(f"models.{model}: provider {spec.provider!r} cannot run long2rag")
     system = system_of(model, spec)
     gens = []
-    for q, ctx in contexts(section, dataset, rank_of):
+    for q, ctx in contexts(section, dataset, rank_of, settings_of(section, spec)):
         text = fn(spec, q.question, [t for _, _, t in ctx.documents], section.generation)
         meta = {
             **context_meta(ctx),

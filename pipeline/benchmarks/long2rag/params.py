@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pipeline.core.config import (
     BenchmarkParams,
+    ModelSettings,
     OwnedJudge,
     OwnedModel,
     PromptFiles,
@@ -32,6 +33,11 @@ class Long2ragLeadModel(OwnedModel):
     provider: Literal["long2rag-lead"]
     system: str | None = Field(
         default=None, description="the name reported in results (default: the entry's name)"
+    )
+    settings: ModelSettings | None = Field(
+        default=None,
+        min_length=1,
+        description="the long2rag.settings to run (a list or {long2rag: [names]}; default: all)",
     )
 
 

@@ -108,7 +108,7 @@ def plan(
         prompt = by_domain[hay.domain]
         for sub in hay.subtopics:
             fitted = fitted_budget(section, spec, count_tokens(_render(prompt, hay, sub, "", 0)))
-            for setting in settings_of(spec):
+            for setting in settings_of(spec, section.retrievers):
                 ctx = context_of(section, seed, hay, sub, setting, fitted, rank_of)
                 text = _render(prompt, hay, sub, ctx.text, len(ctx.documents))
                 meta: dict[str, object] = {
@@ -177,5 +177,10 @@ def baseline_generations(
         )  # fmt: skip
 
     # every context and summary on its own: on every core, in dataset order
-    jobs = [(h, s, setting) for h in dataset for s in h.subtopics for setting in settings_of(spec)]
+    jobs = [
+        (h, s, setting)
+        for h in dataset
+        for s in h.subtopics
+        for setting in settings_of(spec, section.retrievers)
+    ]
     return fork_map(one, jobs)

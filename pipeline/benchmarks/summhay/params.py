@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipeline.core.config import BenchmarkParams, PromptFiles, Strict, known, no_repeats
+from pipeline.core.config import (
+    BenchmarkParams,
+    PromptFiles,
+    Strict,
+    known,
+    no_repeats,
+    settings_for,
+)
 from pipeline.data.haystacks import HAYSTACK_IDS
 
 PROMPTS = "pipeline/benchmarks/summhay/prompts"
@@ -190,7 +198,7 @@ class SummhayParams(BenchmarkParams):
         return self.synthesis.llm if self.synthesis.haystacks else None
 
 
-def settings_of(spec: object) -> list[str]:
-    """The context settings a model entry runs in (its own, or the default)."""
-    settings = getattr(spec, "settings", None)
-    return list(settings) if settings else list(DEFAULT_SETTINGS)
+def settings_of(spec: object, retrievers: Sequence[str] = ()) -> list[str]:
+    """The context settings a model entry runs in (those of its `settings` SummHay has:
+    `CONTEXT_SETTINGS` and the section's `retrievers`; else the default)."""
+    return settings_for(spec, "summhay", (*CONTEXT_SETTINGS, *retrievers)) or list(DEFAULT_SETTINGS)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pipeline.benchmarks.long2rag import construction, derived, generation, judging
-from pipeline.benchmarks.long2rag.params import Long2ragGeneration
+from pipeline.benchmarks.long2rag.params import Long2ragGeneration, Long2ragParams
 from pipeline.benchmarks.long2rag.schema import KeyPoint, L2Document, Question, parse_questions
 from pipeline.core import registry
 from pipeline.core.errors import DataError
@@ -384,3 +384,84 @@ def test_plot_bytes_are_deterministic() -> None:
     assert plot_png(row) == png
     report._FIGURES.clear()
     assert plot_png(row) == png
+
+
+# ---------------------------------------------------------------- a model's own settings
+
+
+SLOW = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "slow"}
+
+
+def _slow(settings: Any) -> dict[str, Any]:
+    raw = _params(models=["lead", "extractive", "slow"])
+    raw["models"]["slow"] = {**SLOW, "settings": settings}
+    return raw
+
+
+@pytest.mark.parametrize("settings", [["rag_512"], {"long2rag": ["rag_512"]}])
+def test_a_slow_model_runs_only_the_settings_it_picks(settings: Any) -> None:
+    from pipeline.core.params import validate_params
+    from pipeline.core.prompts import Prompt
+
+    params = validate_params(_slow(settings))
+    section = params.section("long2rag", Long2ragParams)
+    q = _question(["Solar panels are efficient. " * 40] * 5)
+    prompt = Prompt(path="p.txt", text="${question}\n${documents}", sha="p")
+    planned = generation.plan(section, "slow", params.models["slow"], [q], prompt)
+    assert [p.setting for p in planned] == ["rag_512"]
+    # the other models keep every setting of the section (lead's [oracle, bm25] are SummHay's)
+    lead = generation.offline(section, "lead", params.models["lead"], [q])
+    assert [g.setting for g in lead] == ["long_context", "rag_512", "rag_1024", "rag_2048"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["rag_64"], r"models\.slow\.settings: unknown setting 'rag_64': no benchmark has it"
+         r" \(those that run 'slow': long2rag: long_context, rag_512, rag_1024, rag_2048;"),
+        ({"long2rag": ["rag_512", "oracle"]}, r"models\.slow\.settings\.long2rag: unknown"
+         r" setting 'oracle' \(long2rag has: long_context, rag_512, rag_1024, rag_2048\)"),
+        ({"summhay": ["oracle"]}, r"models\.slow\.settings\.summhay: summhay\.models does not"
+         r" list 'slow'"),
+        ({"crux": ["x"]}, r"models\.slow\.settings\.crux: crux\.models does not list 'slow'"),
+        ({"nope": ["x"]}, r"models\.slow\.settings\.nope: no benchmark section 'nope'"),
+    ],
+)  # fmt: skip
+def test_an_unknown_setting_of_a_model_is_refused(settings: Any, message: str) -> None:
+    from pipeline.core.errors import ConfigError
+    from pipeline.core.params import validate_params
+
+    with pytest.raises(ConfigError, match=message):
+        validate_params(_slow(settings))
+
+
+def test_a_list_may_name_settings_of_a_benchmark_that_does_not_run_the_model() -> None:
+    """lead's [oracle, bm25] are SummHay's: a project that runs lead in Long²RAG alone keeps
+    it (Long²RAG runs all of its own); a name no benchmark has is refused wherever it runs."""
+    from pipeline.core.errors import ConfigError
+    from pipeline.core.params import validate_params
+
+    raw = _params()
+    raw["summhay"]["models"].remove("lead")
+    validate_params(raw)
+    raw["models"]["lead"]["settings"] = ["oracle", "rag_64"]
+    with pytest.raises(ConfigError, match=r"models\.lead\.settings: unknown setting 'rag_64'"):
+        validate_params(raw)
+    raw["long2rag"]["models"].remove("lead")
+    raw["crud_rag"]["models"].remove("lead")
+    with pytest.raises(ConfigError, match=r"unknown setting 'rag_64': no benchmark has it"):
+        validate_params(raw)  # run by none: its names are checked all the same
+
+
+def test_the_shipped_models_keep_their_settings() -> None:
+    """lead and extractive list SummHay's [oracle, bm25]: Long²RAG still runs all of its own
+    for them, SummHay those two (the committed metrics do not move)."""
+    from pipeline.benchmarks.summhay.params import SummhayParams, settings_of
+    from pipeline.core.params import validate_params
+
+    params = validate_params(_params())
+    l2 = params.section("long2rag", Long2ragParams)
+    sh = params.section("summhay", SummhayParams)
+    for m in ("lead", "extractive"):
+        assert generation.settings_of(l2, params.models[m]) == list(l2.settings)
+        assert settings_of(params.models[m], sh.retrievers) == ["oracle", "bm25"]
