@@ -12,7 +12,8 @@ The same guarantees as the chat client, for the requests of a retrieval stage:
   a re-run sends none again. The stage clears it once its outputs are written.
 - **Ctrl-C / SIGTERM**: no new request starts; those in flight may finish into the journal (up
   to `LFBENCH_INTERRUPT_GRACE_S`, 60 s by default); then `Interrupted` (exit 130).
-- **Limits**: `max_concurrency` requests in flight, `requests_per_minute` and
+- **Limits**: `max_concurrency` requests in flight (under `lfbench repro`, per endpoint across
+  every stage calling it: `pipeline/llm/shared_limit.py`), `requests_per_minute` and
   `tokens_per_minute` (estimated from the characters, reconciled with the server's usage).
 - **Retries**: the `openai` client's (429 honouring Retry-After, 5xx, timeouts, dropped
   connections; `max_retries`); an answer that is not what was asked (not JSON, the wrong number
@@ -33,7 +34,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
 from pipeline.llm.client import normalise_base_url, resolve_api_key
 from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
 from pipeline.llm.ratelimit import RateLimiter
+from pipeline.llm.shared_limit import EndpointSlots, open_slots
 
 log = logging.getLogger("lfbench.llm")
 
@@ -266,7 +268,10 @@ async def _send_all(
     stop = asyncio.Event()
     failure: list[BaseException] = []
     grace = interrupt_grace_s()
-    async with _client(endpoint.endpoint(), key) as client:
+    ep = endpoint.endpoint()
+    # `lfbench repro`: the endpoint's slots shared by every stage calling it (shared_limit)
+    shared = await open_slots(ep.base_url, ep.model, endpoint.max_concurrency, label)
+    async with _client(ep, key) as client, _holding(shared) as hold:
         with _signals(stop, label, grace) as tasks:
 
             async def one(n: int, req: _Request) -> None:
@@ -278,7 +283,8 @@ async def _send_all(
                         return
                     tally.on_wire.add(n)
                     try:
-                        payloads, used, retried = await send(client, req)
+                        async with hold():
+                            payloads, used, retried = await send(client, req)
                     except BaseException as e:  # noqa: BLE001 - recorded, raised after
                         tally.on_wire.discard(n)
                         if not isinstance(e, asyncio.CancelledError):
@@ -311,6 +317,18 @@ async def _send_all(
             f" and the cache: a re-run does not send them again), {left} not answered. The"
             " stage wrote no output: run it again to go on"
         )
+
+
+@contextlib.asynccontextmanager
+async def _holding(
+    shared: EndpointSlots | None,
+) -> AsyncIterator[Callable[[], contextlib.AbstractAsyncContextManager[None]]]:
+    """What each request is sent within: a lease of the endpoint's shared slots, or nothing."""
+    try:
+        yield shared.hold if shared is not None else contextlib.nullcontext
+    finally:
+        if shared is not None:
+            await shared.aclose()
 
 
 def _rounded(x: float | None) -> float | None:
