@@ -80,7 +80,6 @@ RELEASED_FILE = "event_summary.first1328.json"
 Ctx = Context[CrudParams]
 
 
-
 def questions_line(counts: Mapping[str, int], llm: str | None) -> str:
     """Where the records' RAGQuestEval questions came from, for the construct stage's line: with
     no `quest_eval.llm` none was written by a model, and the line says so rather than naming
@@ -94,6 +93,7 @@ def questions_line(counts: Mapping[str, int], llm: str | None) -> str:
         f"RAGQuestEval questions: {counts['released']} from the authors' caches, {written},"
         f" {counts['none']} without"
     )
+
 
 class TextScorer(Scorer):
     def score_line(self, generation: str, reference: str) -> dict[str, float]:
