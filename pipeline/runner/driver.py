@@ -96,7 +96,9 @@ class StageState:
     # the count of stages downstream of it in this run
     priority: int = 0
     ready: float | None = None  # its upstream stages all finished
-    started: float | None = None
+    started: float | None = None  # submitted to Dask
+    # its task holds a worker's slot (Dask queues what is submitted beyond --jobs): running
+    began: float | None = None
     ended: float | None = None
     settled: float | None = None  # the driver saved its outputs (its dependents may start)
     progress: dict[str, Any] = field(default_factory=dict)
@@ -538,7 +540,11 @@ class Repro:
         _, msg = event
         if isinstance(msg, dict) and msg.get("stage") in self.states:
             with self._lock:
-                self.states[msg["stage"]].progress = msg
+                st = self.states[msg["stage"]]
+                if msg.get("began"):
+                    st.began = st.began or time.monotonic()
+                else:
+                    st.progress = msg
 
     def _show(self, final: bool = False) -> None:
         if self.view is not None:

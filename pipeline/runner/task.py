@@ -134,6 +134,18 @@ def scheduler_address() -> str | None:
     return address if address.startswith(("tcp://", "tls://")) else None
 
 
+def began(spec: TaskSpec) -> None:
+    """Tell the driver this stage holds one of its worker's slots now (a stage submitted while
+    `--jobs` stages run waits in Dask's queue first): the live view counts only these as running.
+    A no-op outside Dask."""
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(progress_topic(spec.run), {"stage": spec.stage, "began": True})
+    except (ImportError, ValueError):
+        pass
+
+
 def _is_set(event: Any) -> bool:
     if event is None:
         return False
@@ -223,6 +235,7 @@ def run_here(spec: TaskSpec) -> TaskResult:
     """The Dask task of `lfbench repro --jobs`: one stage's command, in the driver's workspace
     (`spec.cwd`); the driver does the DVC steps around it."""
     started = time.monotonic()
+    began(spec)
     assert spec.cwd is not None
     cwd = Path(spec.cwd)
     log = log_path(cwd, spec.stage)
