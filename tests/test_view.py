@@ -1,6 +1,6 @@
-"""The live view of `lfbench repro --jobs N` (issue 42, point 6a): it counts as running only the
-stages holding one of the slots; a stage submitted beyond them is queued (the view said
-"running 5" under `--jobs 3`)."""
+"""What the live view of `lfbench repro --jobs N` shows (issue 42, points 6a and 6d): as running
+only the stages holding one of the slots (a stage submitted beyond them is queued: the view said
+"running 5" under `--jobs 3`), and no DVC warning of a JSONL output of no records."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.console import Console
 
 from pipeline.runner.driver import Repro, StageState
 from pipeline.runner.view import LiveView
+from tests.conftest import run
 from tests.test_parallel import toy
 
 
@@ -53,3 +54,21 @@ def test_the_live_view_counts_as_running_only_stages_holding_a_slot(
     assert max(running) >= 1
     assert max(running) <= 3, rec.titles  # never more than --jobs
     assert any(_count(t, "queued") for t in rec.titles), rec.titles  # 5 stages, 3 slots
+
+
+def test_dvc_does_not_warn_of_a_jsonl_output_of_no_records(tmp_path: Path) -> None:
+    """A judge stage of a pair not judged by choice writes an empty judgements file; DVC warned
+    "'judgements/...jsonl' is empty." into the live view (issue 42, point 6d). Any other empty
+    output is still warned of."""
+    write = "python -c \"import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('')\""
+    pipeline = {
+        "stages": {
+            "none": {"cmd": f"{write} none.jsonl", "outs": ["none.jsonl"]},
+            "blank": {"cmd": f"{write} blank.txt", "outs": ["blank.txt"]},
+        }
+    }
+    ws = toy(tmp_path / "ws", pipeline)
+    proc = run(["lfbench", "repro", "--jobs", "2"], ws)
+    assert "2 done" in proc.stderr, proc.stderr
+    assert "'none.jsonl' is empty" not in proc.stderr, proc.stderr
+    assert "'blank.txt' is empty" in proc.stderr, proc.stderr
