@@ -13,8 +13,8 @@ once, each sending `--requests` distinct requests to the one endpoint with `max_
 Prints, for each, the most requests the server handled at once (its log), the server's busy
 span (first arrival to last, plus one latency) against the ideal (every request at
 `--concurrency` at once), the wall time of the processes' sending (`report.wall_s`, the slowest:
-it includes the client's start), and the cost of a lease: acquire and release timed over
-`--leases` rounds from one client on loopback.
+it includes the client's start), and the cost of a lease (acquire and release) and of a shared
+per-minute schedule's slot, timed over `--leases` rounds from one client on loopback.
 """
 
 from __future__ import annotations
@@ -117,8 +117,16 @@ async def _lease_cost(address: str, rounds: int) -> dict[str, float]:
         async with slots.hold():
             pass
         held.append(time.perf_counter() - t)
+    rates = slots.shared_rates(1e9, None)  # a shared schedule never waiting: its own cost
+    assert rates is not None
+    scheduled: list[float] = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        await rates.acquire(0)
+        scheduled.append(time.perf_counter() - t)
     await slots.aclose()
     return {
+        "rate_acquire_ms_median": round(statistics.median(scheduled) * 1000, 2),
         "acquire_ms_median": round(statistics.median(acquire) * 1000, 2),
         "acquire_ms_p95": round(sorted(acquire)[int(0.95 * rounds) - 1] * 1000, 2),
         "per_request_ms_median": round(statistics.median(held) * 1000, 2),

@@ -134,3 +134,65 @@ def test_two_stages_of_one_endpoint_share_its_limit_on_a_two_worker_cluster(
         assert _overlapped(server)
         assert len(server.log()) == 20
         assert server.max_in_flight() == 2  # each stage alone kept 2: 4 before
+
+
+RATED = textwrap.dedent(
+    """
+    import os, sys, time
+    from pipeline.core.types import ChatRequest, EndpointConfig
+    from pipeline.llm import client, shared_limit  # imported before the start: both at once
+    import distributed, openai, aiohttp
+    name, start_at = sys.argv[1], float(sys.argv[2])
+    ep = EndpointConfig(base_url=os.environ["LIMIT_TEST_URL"], model="m", api_key_env=None,
+                        max_concurrency=4, requests_per_minute=240, timeout_s=60)
+    reqs = [ChatRequest(key=f"{name}-{i}", messages=[{"role": "user", "content": f"{name} {i}"}],
+                        prompt_sha=f"{name}-{i}") for i in range(8)]
+    time.sleep(max(0.0, start_at - time.time()))
+    results, _ = client.run_chat_sync(ep, reqs, cache_path=None, journal_path=None, label=name,
+                                      progress=False)
+    assert all(r.status == "ok" for r in results), results
+    """
+)
+
+
+def test_two_stages_of_one_endpoint_share_its_requests_per_minute(tmp_path: Path) -> None:
+    """`requests_per_minute: 240` (a request every 0.25 s) on two stages sending 8 requests
+    each, started at once, with the scheduler `lfbench repro` gives them: the 16 requests
+    reach the server about 15 x 0.25 s apart from first to last (each stage alone: 7 x 0.25
+    s, the two streams side by side)."""
+    import subprocess
+    import sys
+    import time
+
+    from distributed import LocalCluster
+
+    from pipeline.runner.driver import local_cluster_options
+
+    with (
+        TestServer(latency_ms=50, log_path=tmp_path / "server.log", cwd=ROOT) as server,
+        LocalCluster(**local_cluster_options(2)) as cluster,
+    ):
+        env = {
+            **os.environ,
+            **_env(server, tmp_path),
+            "LFBENCH_SCHEDULER": cluster.scheduler_address,
+        }
+        start_at = time.time() + 15
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RATED, name, str(start_at)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for name in STAGES
+        ]
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0, out
+        arrivals = sorted(r["time"] for r in server.log())
+    assert len(arrivals) == 16
+    assert arrivals[0] >= start_at - 0.5, "a stage was not ready at the start"
+    # 15 intervals of 0.25 s, less the jitter of the first and last arrival (alone: 1.75 s)
+    assert arrivals[-1] - arrivals[0] >= 3.25, arrivals

@@ -5,7 +5,7 @@
 
 - bounded concurrency (``max_concurrency``; under ``lfbench repro``, per endpoint across every stage
   calling it, on every machine: :mod:`pipeline.llm.shared_limit`) and an optional
-  requests/tokens-per-minute limiter (per stage);
+  requests/tokens-per-minute limiter (shared the same way);
 - its own retry loop: 408/409/429/5xx, timeouts, connection errors and answers that are not a
   valid completion are retried with exponential backoff and jitter, honouring ``Retry-After`` /
   ``retry-after-ms``; other 4xx fail the item at once; one bad item never fails the run;
@@ -51,7 +51,7 @@ from pipeline.llm.journal import (
     load_journal,
 )
 from pipeline.llm.ratelimit import RateLimiter
-from pipeline.llm.shared_limit import EndpointSlots, open_slots
+from pipeline.llm.shared_limit import EndpointSlots, SharedRateLimiter, open_slots
 
 __all__ = [
     "ChatRequest",
@@ -533,7 +533,9 @@ class _Sender:
         _quiet_http_loggers()
         self.endpoint = endpoint
         self.secret = _Secret(api_key)
-        self.limiter = limiter if limiter is not None and limiter.active else None
+        self.limiter: RateLimiter | SharedRateLimiter | None = (
+            limiter if limiter is not None and limiter.active else None
+        )
         # `lfbench repro`: the endpoint's slots shared by every stage calling it (shared_limit)
         self.slots: EndpointSlots | None = None
         self.stop = _Stop(0.0)  # run_chat's, once it sends: after a signal no attempt starts
@@ -890,6 +892,10 @@ async def run_chat(
             sender.slots = await open_slots(
                 endpoint.base_url, endpoint.model, endpoint.max_concurrency, label
             )
+            if sender.slots is not None and limiter.active:  # the budgets shared too
+                sender.limiter = sender.slots.shared_rates(
+                    endpoint.requests_per_minute, endpoint.tokens_per_minute
+                )
             sender.stop = stop = _Stop(interrupt_grace_s())
             prog = _Progress(label, len(to_send), progress)
             with _stopped_by_signals(stop, sender, label):

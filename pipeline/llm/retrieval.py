@@ -12,9 +12,10 @@ The same guarantees as the chat client, for the requests of a retrieval stage:
   a re-run sends none again. The stage clears it once its outputs are written.
 - **Ctrl-C / SIGTERM**: no new request starts; those in flight may finish into the journal (up
   to `LFBENCH_INTERRUPT_GRACE_S`, 60 s by default); then `Interrupted` (exit 130).
-- **Limits**: `max_concurrency` requests in flight (under `lfbench repro`, per endpoint across
-  every stage calling it: `pipeline/llm/shared_limit.py`), `requests_per_minute` and
-  `tokens_per_minute` (estimated from the characters, reconciled with the server's usage).
+- **Limits**: `max_concurrency` requests in flight, `requests_per_minute` and
+  `tokens_per_minute` (estimated from the characters, reconciled with the server's usage);
+  under `lfbench repro`, per endpoint across every stage calling it
+  (`pipeline/llm/shared_limit.py`).
 - **Retries**: the `openai` client's (429 honouring Retry-After, 5xx, timeouts, dropped
   connections; `max_retries`); an answer that is not what was asked (not JSON, the wrong number
   of vectors, a non-finite number, an index out of range) is asked again twice, then it is an
@@ -50,7 +51,7 @@ from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
 from pipeline.llm.client import normalise_base_url, resolve_api_key
 from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
 from pipeline.llm.ratelimit import RateLimiter
-from pipeline.llm.shared_limit import EndpointSlots, open_slots
+from pipeline.llm.shared_limit import EndpointSlots, SharedRateLimiter, open_slots
 
 log = logging.getLogger("lfbench.llm")
 
@@ -271,6 +272,10 @@ async def _send_all(
     ep = endpoint.endpoint()
     # `lfbench repro`: the endpoint's slots shared by every stage calling it (shared_limit)
     shared = await open_slots(ep.base_url, ep.model, endpoint.max_concurrency, label)
+    rates: RateLimiter | SharedRateLimiter | None = limiter
+    if shared is not None and limiter.active:  # the per-minute budgets shared too
+        rates = shared.shared_rates(endpoint.requests_per_minute, endpoint.tokens_per_minute)
+    assert rates is not None
     async with _client(ep, key) as client, _holding(shared) as hold:
         with _signals(stop, label, grace) as tasks:
 
@@ -278,7 +283,7 @@ async def _send_all(
                 async with slots:
                     if stop.is_set() or failure:
                         return
-                    await limiter.acquire(req.tokens)
+                    await rates.acquire(req.tokens)
                     if stop.is_set() or failure:
                         return
                     tally.on_wire.add(n)
@@ -297,7 +302,7 @@ async def _send_all(
                         tally.usage_missing += 1
                     else:
                         tally.input_tokens += used
-                        limiter.reconcile(req.tokens, used)
+                        rates.reconcile(req.tokens, used)
                     for k, payload in zip(req.keys, payloads, strict=True):
                         done[k] = payload
                         entry = JournalEntry(k, k, payload, None, 0, 0)

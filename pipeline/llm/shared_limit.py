@@ -23,6 +23,9 @@ are the limit.
 - **Two settings of one endpoint.** Entries of `models`/`judges` naming the same base URL and
   model with different `max_concurrency` cannot share one semaphore (Dask keeps one size per
   name): the stage says so in its log and shares a semaphore only with stages of its own size.
+- **Per-minute budgets.** `requests_per_minute` / `tokens_per_minute`, when set, are shared
+  too (:class:`SharedRateLimiter`: the client's schedule in the scheduler's metadata, under a
+  Dask `Lock`).
 - **Where it cannot.** A stage whose Python has no `distributed` (the pinned image does not
   install it yet) or that cannot reach the scheduler says so in its log and keeps its own limit.
 """
@@ -66,6 +69,8 @@ class EndpointSlots:
         self.client = client
         self.semaphore = semaphore
         self.name = name
+        # the endpoint's per-minute budgets, shared too (`shared_rates`); None: none set
+        self.limiter: SharedRateLimiter | None = None
         self._releases: set[asyncio.Future[Any]] = set()
         self.acquired = 0
 
@@ -82,7 +87,17 @@ class EndpointSlots:
             self._releases.add(fut)
             fut.add_done_callback(self._releases.discard)
 
+    def shared_rates(self, rpm: float | None, tpm: float | None) -> SharedRateLimiter | None:
+        """The endpoint's requests/tokens-per-minute budgets, shared by every stage calling it
+        (None when neither is set)."""
+        if not rpm and not tpm:
+            return None
+        self.limiter = SharedRateLimiter(self.client, self.name, rpm, tpm)
+        return self.limiter
+
     async def aclose(self) -> None:
+        if self.limiter is not None:
+            await self.limiter.aclose()
         with contextlib.suppress(Exception):
             if self._releases:
                 await asyncio.wait(set(self._releases), timeout=5.0)
@@ -90,6 +105,83 @@ class EndpointSlots:
             self.semaphore.refresh_callback.stop()
         with contextlib.suppress(Exception):
             await self.client.close()
+
+
+class SharedRateLimiter:
+    """The endpoint's requests/tokens-per-minute budgets shared by every stage calling it: the
+    schedule of :class:`pipeline.llm.ratelimit.RateLimiter` (the next free request slot, the
+    time the token budget is spent to; wall-clock seconds, as the stages' machines agree on
+    them) kept in the Dask scheduler's metadata (`Client.set_metadata`), read and moved under a
+    Dask `Lock` (4 round trips to the scheduler per request). Same interface as `RateLimiter`;
+    a stage's own budget applies to the requests it sends (two stages of one endpoint with
+    other budgets each push the shared schedule by their own interval)."""
+
+    def __init__(self, client: Any, name: str, rpm: float | None, tpm: float | None) -> None:
+        from distributed import Lock
+
+        self._client = client
+        self._lock = Lock(f"{name}-rate-lock", scheduler_rpc=client.scheduler, loop=client.loop)
+        self._key = ["lfbench-rate", name]  # the schedule: in the scheduler's metadata
+        self._req_interval = 60.0 / rpm if rpm else 0.0
+        self._tok_rate = tpm / 60.0 if tpm else 0.0
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._req_interval or self._tok_rate)
+
+    async def _move(self, step: Any) -> Any:
+        await self._lock.acquire()
+        try:
+            # (not a Variable: its get of a value not set yet is an ERROR in the scheduler's log)
+            state = await self._client.get_metadata(self._key, default=None)
+            state, out = step(dict(state or {"req": 0.0, "tok": 0.0}))
+            await self._client.set_metadata(self._key, state)
+        finally:
+            await self._lock.release()
+        return out
+
+    async def acquire(self, tokens: int) -> None:
+        """Wait for a slot for one request of about `tokens` tokens."""
+
+        def take(state: dict[str, float]) -> tuple[dict[str, float], float]:
+            import time
+
+            now = time.time()
+            start = now
+            if self._req_interval:
+                start = max(start, state["req"])
+                state["req"] = start + self._req_interval
+            if self._tok_rate:
+                start = max(start, state["tok"])
+                state["tok"] = max(state["tok"], now) + tokens / self._tok_rate
+            return state, start - now
+
+        delay = await self._move(take)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def reconcile(self, estimated: int, actual: int) -> None:
+        """Correct the shared token schedule once the real usage of a request is known (sent
+        without waiting)."""
+        if not (self._tok_rate and actual >= 0):
+            return
+        shift = (actual - estimated) / self._tok_rate
+
+        def move(state: dict[str, float]) -> tuple[dict[str, float], None]:
+            state["tok"] += shift
+            return state, None
+
+        fut = asyncio.ensure_future(self._move(move))
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._pending:
+                await asyncio.wait(set(self._pending), timeout=5.0)
+        with contextlib.suppress(Exception):
+            self._lock.refresh_callback.stop()
 
 
 async def open_slots(
