@@ -638,14 +638,20 @@ class _Sender:
                 await self.limiter.acquire(estimate)
             if self.stop.requested:  # interrupted: no attempt starts, not even a retry
                 raise _Stopped(attempts, sent)
+            # the endpoint's slot shared with the run's other stages (held for the attempt, not
+            # for a retry's wait), then the same check: a signal while waiting for it
+            slot = self.slots.hold() if self.slots is not None else contextlib.nullcontext()
+            await slot.__aenter__()
+            if self.stop.requested:
+                await slot.__aexit__(None, None, None)
+                raise _Stopped(attempts, sent)
             attempts += 1
             self.wire.add(key)
             try:
-                if self.slots is None:
+                try:
                     answer = await self._attempt(body)
-                else:
-                    async with self.slots.hold():
-                        answer = await self._attempt(body)
+                finally:
+                    await slot.__aexit__(None, None, None)
             except _Retry as e:
                 sent += e.sent
                 if self.limiter is not None:

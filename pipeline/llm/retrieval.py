@@ -288,7 +288,10 @@ async def _send_all(
                         return
                     tally.on_wire.add(n)
                     try:
-                        async with hold():
+                        async with hold():  # the endpoint's slot shared with other stages
+                            if stop.is_set() or failure:  # a signal while waiting for it
+                                tally.on_wire.discard(n)
+                                return
                             payloads, used, retried = await send(client, req)
                     except BaseException as e:  # noqa: BLE001 - recorded, raised after
                         tally.on_wire.discard(n)
