@@ -196,3 +196,15 @@ def test_two_stages_of_one_endpoint_share_its_requests_per_minute(tmp_path: Path
     assert arrivals[0] >= start_at - 0.5, "a stage was not ready at the start"
     # 15 intervals of 0.25 s, less the jitter of the first and last arrival (alone: 1.75 s)
     assert arrivals[-1] - arrivals[0] >= 3.25, arrivals
+
+
+def test_an_endpoint_s_semaphore_is_named_by_its_url_and_model_never_a_secret() -> None:
+    from pipeline.llm.shared_limit import semaphore_name
+
+    a = semaphore_name("https://user:s3cret@api.example.com/v1/?api_key=T0KEN", "gpt-x")
+    assert "s3cret" not in a and "T0KEN" not in a and "gpt-x" in a
+    assert a == semaphore_name("https://user:other@api.example.com/v1?api_key=else", "gpt-x")
+    # one server, whoever calls it (the user and key are not the endpoint)
+    assert a == semaphore_name("https://API.example.com/v1", "gpt-x")
+    assert a != semaphore_name("https://api.example.com:8443/v1", "gpt-x")
+    assert a != semaphore_name("https://user:s3cret@api.example.com/v1/?api_key=T0KEN", "gpt-y")

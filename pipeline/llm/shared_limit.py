@@ -8,8 +8,8 @@ on one machine or on a cluster's workers: the server would see that many times t
 When `lfbench repro` runs a stage it tells it its Dask scheduler (`LFBENCH_SCHEDULER`, the
 address the worker running the stage reaches it at: the driver's local cluster on 127.0.0.1, or
 the `--cluster` scheduler). The client then holds one lease of a Dask distributed `Semaphore`
-per attempt on the wire: the semaphore is named after the endpoint (its base URL with any
-password or secret query value masked, and its model: never a key) and has `max_concurrency`
+per attempt on the wire: the semaphore is named after the endpoint (its base URL's server and
+path, without user, password or query, and its model: never a key) and has `max_concurrency`
 leases, so every stage of every machine calling that endpoint shares them. Without a scheduler
 (plain `dvc repro`, `lfbench run` by hand, tests) nothing changes: the client's own workers
 are the limit.
@@ -47,11 +47,14 @@ CONNECT_S = 10.0
 
 
 def endpoint_key(base_url: str, model: str) -> str:
-    """The endpoint as it may be shown: its base URL (password and secret query values masked,
-    no trailing slash) and its model."""
-    from pipeline.llm.cache import redact
+    """The endpoint: its server and path (scheme, host, port, path without a trailing slash;
+    never a user name, password, query or fragment, where keys go) and its model."""
+    from urllib.parse import urlsplit
 
-    return f"{redact(base_url.strip()).rstrip('/')} {model}"
+    parts = urlsplit(base_url.strip())
+    host = (parts.hostname or "").lower()
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme.lower()}://{host}{port}{parts.path.rstrip('/')} {model}"
 
 
 def semaphore_name(base_url: str, model: str, max_leases: int | None = None) -> str:
