@@ -100,7 +100,7 @@ def test_two_stages_of_one_endpoint_share_its_limit_on_one_machine(tmp_path: Pat
         assert server.max_in_flight() == 2  # each stage alone kept 2: 4 before
     # each stage's log says what it shares
     log = (ws / ".lfbench" / "logs" / "ask@a.log").read_text()
-    assert "at most 2 requests in flight to http://127.0.0.1:" in log, log
+    assert "at most 2 requests in flight to 'http://127.0.0.1:" in log, log
 
 
 @pytest.mark.slow
