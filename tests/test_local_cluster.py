@@ -42,8 +42,8 @@ def test_the_driver_s_cluster_listens_on_loopback_only_and_not_on_8787() -> None
 
     from pipeline.runner.driver import local_cluster_options
 
-    before = _listening()
     with _port_8787_taken(), warnings.catch_warnings(record=True) as caught:
+        before = _listening()  # with this test's own socket on 8787, if it got the port
         warnings.simplefilter("always")
         with LocalCluster(**local_cluster_options(3)) as lc, Client(lc):
             new = _listening() - before
