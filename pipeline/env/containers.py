@@ -59,13 +59,15 @@ RUNNER_VARS = (
     "PYTHONDONTWRITEBYTECODE",
 )
 # What `lfbench repro --jobs` tells a stage (no secrets): where to write its progress, the cores
-# it may use, its run's key, and that the workspace's response cache has other users right now.
+# it may use, its run's key, that the workspace's response cache has other users right now, and
+# its Dask scheduler's address (host networking: a 127.0.0.1 scheduler is reachable).
 REPRO_VARS = (
     "LFBENCH_PROGRESS_FILE",
     "LFBENCH_WORKERS",
     "LFBENCH_EMBED_WORKERS",
     "LFBENCH_REPRO_KEY",
     "LFBENCH_CACHE_CLAIMS",
+    "LFBENCH_SCHEDULER",  # the Dask scheduler holding each endpoint's shared slots
 )
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PING_TIMEOUT_S = 5

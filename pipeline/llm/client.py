@@ -3,7 +3,9 @@
 ``run_chat`` sends a batch of :class:`ChatRequest` to one endpoint and returns one
 :class:`ChatResult` per request, in order, plus a :class:`UsageReport`:
 
-- bounded concurrency (``max_concurrency``) and an optional requests/tokens-per-minute limiter;
+- bounded concurrency (``max_concurrency``; under ``lfbench repro``, per endpoint across every stage
+  calling it, on every machine: :mod:`pipeline.llm.shared_limit`) and an optional
+  requests/tokens-per-minute limiter (shared the same way);
 - its own retry loop: 408/409/429/5xx, timeouts, connection errors and answers that are not a
   valid completion are retried with exponential backoff and jitter, honouring ``Retry-After`` /
   ``retry-after-ms``; other 4xx fail the item at once; one bad item never fails the run;
@@ -49,6 +51,7 @@ from pipeline.llm.journal import (
     load_journal,
 )
 from pipeline.llm.ratelimit import RateLimiter
+from pipeline.llm.shared_limit import EndpointSlots, SharedRateLimiter, open_slots
 
 __all__ = [
     "ChatRequest",
@@ -530,7 +533,11 @@ class _Sender:
         _quiet_http_loggers()
         self.endpoint = endpoint
         self.secret = _Secret(api_key)
-        self.limiter = limiter if limiter is not None and limiter.active else None
+        self.limiter: RateLimiter | SharedRateLimiter | None = (
+            limiter if limiter is not None and limiter.active else None
+        )
+        # `lfbench repro`: the endpoint's slots shared by every stage calling it (shared_limit)
+        self.slots: EndpointSlots | None = None
         self.stop = _Stop(0.0)  # run_chat's, once it sends: after a signal no attempt starts
         self.wire: set[str] = set()  # cache keys of the requests with an attempt on the wire
         self.rng = random.Random()
@@ -557,6 +564,8 @@ class _Sender:
     async def aclose(self) -> None:
         await self.client.close()
         await self.session.close()
+        if self.slots is not None:
+            await self.slots.aclose()
 
     def _kwargs(self, request: ChatRequest, max_tokens: int) -> dict[str, Any]:
         ep = self.endpoint
@@ -629,11 +638,21 @@ class _Sender:
                 await self.limiter.acquire(estimate)
             if self.stop.requested:  # interrupted: no attempt starts, not even a retry
                 raise _Stopped(attempts, sent)
+            # the endpoint's slot shared with the run's other stages (held for the attempt, not
+            # for a retry's wait), then the same check: a signal while waiting for it
+            slot = self.slots.hold() if self.slots is not None else contextlib.nullcontext()
+            await slot.__aenter__()
+            if self.stop.requested:
+                await slot.__aexit__(None, None, None)
+                raise _Stopped(attempts, sent)
             attempts += 1
             self.wire.add(key)
             _PROGRESS_FILE.on_wire(key)
             try:
-                answer = await self._attempt(body)
+                try:
+                    answer = await self._attempt(body)
+                finally:
+                    await slot.__aexit__(None, None, None)
             except _Retry as e:
                 sent += e.sent
                 if self.limiter is not None:
@@ -896,6 +915,13 @@ async def run_chat(
                 journal_writer = JournalWriter(journal_path)
             limiter = RateLimiter(endpoint.requests_per_minute, endpoint.tokens_per_minute)
             sender = _Sender(endpoint, api_key, limiter)
+            sender.slots = await open_slots(
+                endpoint.base_url, endpoint.model, endpoint.max_concurrency, label
+            )
+            if sender.slots is not None and limiter.active:  # the budgets shared too
+                sender.limiter = sender.slots.shared_rates(
+                    endpoint.requests_per_minute, endpoint.tokens_per_minute
+                )
             sender.stop = stop = _Stop(interrupt_grace_s())
             prog = _Progress(label, len(to_send), progress)
             with _stopped_by_signals(stop, sender, label):

@@ -13,7 +13,9 @@ The same guarantees as the chat client, for the requests of a retrieval stage:
 - **Ctrl-C / SIGTERM**: no new request starts; those in flight may finish into the journal (up
   to `LFBENCH_INTERRUPT_GRACE_S`, 60 s by default); then `Interrupted` (exit 130).
 - **Limits**: `max_concurrency` requests in flight, `requests_per_minute` and
-  `tokens_per_minute` (estimated from the characters, reconciled with the server's usage).
+  `tokens_per_minute` (estimated from the characters, reconciled with the server's usage);
+  under `lfbench repro`, per endpoint across every stage calling it
+  (`pipeline/llm/shared_limit.py`).
 - **Retries**: the `openai` client's (429 honouring Retry-After, 5xx, timeouts, dropped
   connections; `max_retries`); an answer that is not what was asked (not JSON, the wrong number
   of vectors, a non-finite number, an index out of range) is asked again twice, then it is an
@@ -33,7 +35,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
 from pipeline.llm.client import normalise_base_url, resolve_api_key
 from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
 from pipeline.llm.ratelimit import RateLimiter
+from pipeline.llm.shared_limit import EndpointSlots, SharedRateLimiter, open_slots
 
 log = logging.getLogger("lfbench.llm")
 
@@ -266,19 +269,30 @@ async def _send_all(
     stop = asyncio.Event()
     failure: list[BaseException] = []
     grace = interrupt_grace_s()
-    async with _client(endpoint.endpoint(), key) as client:
+    ep = endpoint.endpoint()
+    # `lfbench repro`: the endpoint's slots shared by every stage calling it (shared_limit)
+    shared = await open_slots(ep.base_url, ep.model, endpoint.max_concurrency, label)
+    rates: RateLimiter | SharedRateLimiter | None = limiter
+    if shared is not None and limiter.active:  # the per-minute budgets shared too
+        rates = shared.shared_rates(endpoint.requests_per_minute, endpoint.tokens_per_minute)
+    assert rates is not None
+    async with _client(ep, key) as client, _holding(shared) as hold:
         with _signals(stop, label, grace) as tasks:
 
             async def one(n: int, req: _Request) -> None:
                 async with slots:
                     if stop.is_set() or failure:
                         return
-                    await limiter.acquire(req.tokens)
+                    await rates.acquire(req.tokens)
                     if stop.is_set() or failure:
                         return
                     tally.on_wire.add(n)
                     try:
-                        payloads, used, retried = await send(client, req)
+                        async with hold():  # the endpoint's slot shared with other stages
+                            if stop.is_set() or failure:  # a signal while waiting for it
+                                tally.on_wire.discard(n)
+                                return
+                            payloads, used, retried = await send(client, req)
                     except BaseException as e:  # noqa: BLE001 - recorded, raised after
                         tally.on_wire.discard(n)
                         if not isinstance(e, asyncio.CancelledError):
@@ -291,7 +305,7 @@ async def _send_all(
                         tally.usage_missing += 1
                     else:
                         tally.input_tokens += used
-                        limiter.reconcile(req.tokens, used)
+                        rates.reconcile(req.tokens, used)
                     for k, payload in zip(req.keys, payloads, strict=True):
                         done[k] = payload
                         entry = JournalEntry(k, k, payload, None, 0, 0)
@@ -311,6 +325,18 @@ async def _send_all(
             f" and the cache: a re-run does not send them again), {left} not answered. The"
             " stage wrote no output: run it again to go on"
         )
+
+
+@contextlib.asynccontextmanager
+async def _holding(
+    shared: EndpointSlots | None,
+) -> AsyncIterator[Callable[[], contextlib.AbstractAsyncContextManager[None]]]:
+    """What each request is sent within: a lease of the endpoint's shared slots, or nothing."""
+    try:
+        yield shared.hold if shared is not None else contextlib.nullcontext
+    finally:
+        if shared is not None:
+            await shared.aclose()
 
 
 def _rounded(x: float | None) -> float | None:

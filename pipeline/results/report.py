@@ -64,7 +64,11 @@ def _audits(root: Path, kappa: dict[tuple[str, str], str]) -> list[str]:
         found = scores(root)
     except (OSError, ValueError, KeyError) as e:
         raise DataError(f"an audit result cannot be read ({e})", file="audits/") from e
-    if not found:
+    models = _model_names(root)
+    audited = [_audited_model(root, r) for r in found]
+    gone = sorted({m for m in audited if m is not None and models is not None and m not in models})
+    found = [r for r in found if _audited_model(root, r) not in gone]
+    if not found and not gone:
         return []
 
     def ci(r: dict[str, Any], name: str, nd: int) -> str:
@@ -106,9 +110,44 @@ def _audits(root: Path, kappa: dict[tuple[str, str], str]) -> list[str]:
         " labels, is never worse than the labels alone); people alone: the same labels without"
         " the judge.",
         "",
-        *table(head, body),
+        *(table(head, body) if body else []),
+        *(
+            [
+                "",
+                f"Not listed: the audits of {', '.join(gone)}, no longer in params.yaml's"
+                " models (their files stay in audits/).",
+            ]
+            if gone
+            else []
+        ),
         "",
     ]
+
+
+def _model_names(root: Path) -> set[str] | None:
+    """The `models` entries of params.yaml (None: no params.yaml, or none readable)."""
+    from pipeline.core.config import load_yaml
+
+    try:
+        data = load_yaml(root / "params.yaml")
+    except (OSError, LfbenchError, ValueError):
+        return None
+    models = data.get("models") if isinstance(data, dict) else None
+    return set(models) if isinstance(models, dict) else None
+
+
+def _audited_model(root: Path, r: dict[str, Any]) -> str | None:
+    """The model entry an audit result is of: its own `model`, or (a result written before it
+    said so) its sample's, audits/<sample>.json; None when neither says."""
+    if r.get("model"):
+        return str(r["model"])
+    sample = root / "audits" / f"{r.get('sample', '')}.json"
+    try:
+        doc = json.loads(sample.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    model = doc.get("model") if isinstance(doc, dict) else None
+    return str(model) if model else None
 
 
 def human_kappa(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:

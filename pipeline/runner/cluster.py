@@ -438,6 +438,9 @@ def serve(
             resources={"cores": ncpu},
             name=name,
             dashboard=False,
+            # its comms listen where the scheduler and the other workers reach it; the HTTP
+            # server Dask starts anyway (its metrics) only on loopback
+            dashboard_address="127.0.0.1:0",
         ) as worker:
             logger.info(
                 "worker %s joined the scheduler at %s: clone %s at %s, %d stage(s) at once",

@@ -96,7 +96,9 @@ class StageState:
     # the count of stages downstream of it in this run
     priority: int = 0
     ready: float | None = None  # its upstream stages all finished
-    started: float | None = None
+    started: float | None = None  # submitted to Dask
+    # its task holds a worker's slot (Dask queues what is submitted beyond --jobs): running
+    began: float | None = None
     ended: float | None = None
     settled: float | None = None  # the driver saved its outputs (its dependents may start)
     progress: dict[str, Any] = field(default_factory=dict)
@@ -142,6 +144,27 @@ def stage_cores(stage: Any, params: Mapping[str, Any], ncpu: int) -> int:
         raise ConfigError(
             f"dvc.yaml: stage {stage.addressing}: meta.lfbench.cores {want!r}: use all or a number"
         ) from e
+
+
+def local_cluster_options(jobs: int) -> dict[str, Any]:
+    """The driver's own Dask cluster (one machine): one in-process worker of `jobs` threads,
+    everything on 127.0.0.1. Over TCP, not in-process comms, so that the stages (subprocesses)
+    reach its scheduler for their endpoints' shared slots (`pipeline/llm/shared_limit.py`); no
+    dashboard, and the HTTP server Dask's scheduler starts anyway (its metrics) on a free port of
+    127.0.0.1, not 8787 on every interface (a second run warned "Port 8787 is already in
+    use", and anyone on the network could read it)."""
+    return {
+        "n_workers": 1,
+        "threads_per_worker": jobs,
+        "processes": False,
+        "protocol": "tcp://",
+        "host": "127.0.0.1",
+        "dashboard_address": None,
+        "worker_dashboard_address": None,
+        "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
+        "resources": {"cores": _ncpu()},
+        "silence_logs": logging.ERROR,
+    }
 
 
 def _cmds(stage: Any) -> list[str]:
@@ -225,16 +248,7 @@ class Repro:
             client = stack.enter_context(connect_client(self.cluster, self.connect_timeout))
             check_workers(client, identity(self.root), shared_cache=self.shared_cache)
         else:
-            lc = stack.enter_context(
-                LocalCluster(
-                    n_workers=1,
-                    threads_per_worker=self.jobs,
-                    processes=False,
-                    dashboard_address=None,
-                    resources={"cores": _ncpu()},
-                    silence_logs=logging.ERROR,
-                )
-            )
+            lc = stack.enter_context(LocalCluster(**local_cluster_options(self.jobs)))
             client = stack.enter_context(Client(lc))
         self._events = (
             Event(stop_event(self.run_id), client),
@@ -526,7 +540,11 @@ class Repro:
         _, msg = event
         if isinstance(msg, dict) and msg.get("stage") in self.states:
             with self._lock:
-                self.states[msg["stage"]].progress = msg
+                st = self.states[msg["stage"]]
+                if msg.get("began"):
+                    st.began = st.began or time.monotonic()
+                else:
+                    st.progress = msg
 
     def _show(self, final: bool = False) -> None:
         if self.view is not None:

@@ -5,6 +5,8 @@ The driver (`pipeline/runner/driver.py`) decides what runs and does every DVC st
 (the user's shell with `--noprofile --norc -c`, `DVC_ROOT` and `DVC_STAGE` set), with its
 output in a log file, and returns its exit status. While it runs, the task
 
+- tells the stage the scheduler's address (`LFBENCH_SCHEDULER`): every stage of an endpoint
+  shares its `max_concurrency` through a Dask semaphore there (`pipeline/llm/shared_limit.py`);
 - publishes the stage's progress (`requests done / total` from the model client's progress
   file, `LFBENCH_PROGRESS_FILE`) as Dask events the driver's live view subscribes to;
 - watches two Dask events of the run: `stop` (the first Ctrl-C: the stage gets one SIGINT and
@@ -32,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipeline.llm.shared_limit import ENV_SCHEDULER
 
 ENV_PROGRESS = "LFBENCH_PROGRESS_FILE"
 POLL_S = 0.5
@@ -117,6 +121,31 @@ def _events(run: str) -> tuple[Any, Any, Callable[[dict[str, Any]], None]]:
     )
 
 
+def scheduler_address() -> str | None:
+    """The address this Dask worker reaches its scheduler at, when a subprocess can too (tcp://
+    or tls://, not in-process comms): given to the stage (`LFBENCH_SCHEDULER`) for its
+    endpoints' shared slots (`pipeline/llm/shared_limit.py`)."""
+    try:
+        from distributed import get_worker
+
+        address = str(get_worker().scheduler.address)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    return address if address.startswith(("tcp://", "tls://")) else None
+
+
+def began(spec: TaskSpec) -> None:
+    """Tell the driver this stage holds one of its worker's slots now (a stage submitted while
+    `--jobs` stages run waits in Dask's queue first): the live view counts only these as running.
+    A no-op outside Dask."""
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(progress_topic(spec.run), {"stage": spec.stage, "began": True})
+    except (ImportError, ValueError):
+        pass
+
+
 def _is_set(event: Any) -> bool:
     if event is None:
         return False
@@ -138,6 +167,9 @@ def run_commands(
     progress.parent.mkdir(parents=True, exist_ok=True)
     progress.unlink(missing_ok=True)
     env = {**env, ENV_PROGRESS: str(progress)}
+    address = scheduler_address()
+    if address is not None:  # one max_concurrency per endpoint across the stages of the run
+        env[ENV_SCHEDULER] = address
     if spec.cores > 0:
         env["LFBENCH_WORKERS"] = env["LFBENCH_EMBED_WORKERS"] = str(spec.cores)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +235,7 @@ def run_here(spec: TaskSpec) -> TaskResult:
     """The Dask task of `lfbench repro --jobs`: one stage's command, in the driver's workspace
     (`spec.cwd`); the driver does the DVC steps around it."""
     started = time.monotonic()
+    began(spec)
     assert spec.cwd is not None
     cwd = Path(spec.cwd)
     log = log_path(cwd, spec.stage)

@@ -67,6 +67,14 @@ def _clock(seconds: float) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
+QUEUED = "queued"  # submitted, waiting for one of the --jobs slots (shown, not a state)
+
+
+def shown_state(st: StageState) -> str:
+    """What the view calls a stage: a running one whose task has no slot yet is queued."""
+    return QUEUED if st.state == RUNNING and st.began is None else st.state
+
+
 def elapsed(st: StageState, now: float) -> str:
     if st.started is None:
         return ""
@@ -89,7 +97,7 @@ class LiveView:
         now = time.monotonic()
         counts: dict[str, int] = {}
         for st in states.values():
-            counts[st.state] = counts.get(st.state, 0) + 1
+            counts[shown_state(st)] = counts.get(shown_state(st), 0) + 1
         title = "  ".join(f"{k} {v}" for k, v in counts.items())
         table = Table(title=f"lfbench repro: {title}", title_justify="left", expand=False)
         table.add_column("stage")
@@ -99,9 +107,10 @@ class LiveView:
         shown = [s for s in states.values() if s.state in (RUNNING, FAILED)]
         shown += [s for s in states.values() if s.state == WAITING][:5]
         for st in sorted(shown, key=lambda s: (s.state != RUNNING, s.index)):
+            state = shown_state(st)
             table.add_row(
                 st.name,
-                f"[{STYLE[st.state]}]{st.state}[/]" if STYLE[st.state] else st.state,
+                f"[{STYLE[st.state]}]{state}[/]" if STYLE[st.state] else state,
                 progress_text(st) or st.why,
                 elapsed(st, now),
             )

@@ -33,7 +33,14 @@ from pipeline.core.errors import LfbenchError
 from pipeline.core.io import write_if_changed
 from pipeline.runner.committed import clone_changes, head_commit, modified
 from pipeline.runner.steps import RUN, StageSteps
-from pipeline.runner.task import SHIPPED, TaskResult, TaskSpec, log_path, run_commands
+from pipeline.runner.task import (
+    SHIPPED,
+    TaskResult,
+    TaskSpec,
+    began,
+    log_path,
+    run_commands,
+)
 
 ENV_CLONE = "LFBENCH_WORKER_CLONE"
 _CLONE_LOCKS: dict[str, threading.Lock] = {}
@@ -81,6 +88,7 @@ def run_in_clone(spec: TaskSpec) -> TaskResult:
     """The cluster task: one stage, in this worker's clone, as `dvc repro --pull` would run it,
     then pushed."""
     started = time.monotonic()
+    began(spec)
     host = socket.gethostname()
     clone = Path(os.environ.get(ENV_CLONE, ""))
     if not clone.is_dir():

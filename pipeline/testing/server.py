@@ -27,7 +27,9 @@ cores. Built on aiohttp.
   (for a hang: when the hang starts): ``time``
   (arrival), ``body_sha256``, ``prompt_head`` (first 200 chars of the last user message), ``model``,
   ``attempt``, ``fault``, ``status``, ``served`` (a valid answer was returned), and for a served
-  answer its ``prompt_tokens`` and ``completion_tokens`` (what its usage reports, when it has one).
+  answer its ``prompt_tokens`` and ``completion_tokens`` (what its usage reports, when it has one),
+  and ``in_flight`` / ``in_flight_model``: the chat requests being handled when it arrived
+  (itself included), in all and of its model (``TestServer.max_in_flight()`` reads their most).
 - ``--no-usage``: answers carry no ``usage`` object (as some servers send), so token counts and
   cost are unknown to the client.
 - ``--port 0`` picks a free port; ``--port-file FILE`` receives it once the server listens.
@@ -233,6 +235,9 @@ class Server:
         self.hang_s = hang_s
         self.log = log
         self.counter = 0
+        # chat requests being handled now (arrived, not yet answered), in all and per model
+        self.in_flight = 0
+        self.in_flight_by_model: dict[str, int] = {}
 
     def _rule(self, body: dict[str, Any]) -> dict[str, Any] | None:
         text = last_user_message(body)
@@ -256,7 +261,18 @@ class Server:
         )
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        seen: dict[str, str] = {}
+        try:
+            return await self._chat(request, seen)
+        finally:
+            self.in_flight -= 1
+            if "model" in seen:
+                self.in_flight_by_model[seen["model"]] -= 1
+
+    async def _chat(self, request: web.Request, seen: dict[str, str]) -> web.StreamResponse:
         arrived = time.time()
+        in_flight = self.in_flight
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -282,6 +298,8 @@ class Server:
             json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
         ).hexdigest()
         attempt, fault = self.faults.next(body_sha, self._scripted_faults(body))
+        model = seen["model"] = str(body.get("model"))
+        self.in_flight_by_model[model] = self.in_flight_by_model.get(model, 0) + 1
         record: dict[str, Any] = {
             "time": arrived,
             "body_sha256": body_sha,
@@ -291,6 +309,10 @@ class Server:
             "fault": fault,
             "status": 200,
             "served": False,
+            # chat requests being handled when this one arrived (itself included), in all and
+            # of its model: the largest is the most the server was asked at once
+            "in_flight": in_flight,
+            "in_flight_model": self.in_flight_by_model[model],
         }
         if self.latency > 0:
             await asyncio.sleep(self.latency)
@@ -765,6 +787,19 @@ class TestServer:
                 with contextlib.suppress(json.JSONDecodeError):
                     out.append(json.loads(line))
         return out
+
+    def max_in_flight(self, since: int = 0, model: str | None = None) -> int:
+        """The most chat requests the server was handling at once (of `model` only, if given),
+        from its log's `since`-th line on."""
+        field = "in_flight" if model is None else "in_flight_model"
+        return max(
+            (
+                int(r.get(field) or 0)
+                for r in self.log()[since:]
+                if model is None or r.get("model") == model
+            ),
+            default=0,
+        )
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

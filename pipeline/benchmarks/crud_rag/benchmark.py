@@ -80,6 +80,21 @@ RELEASED_FILE = "event_summary.first1328.json"
 Ctx = Context[CrudParams]
 
 
+def questions_line(counts: Mapping[str, int], llm: str | None) -> str:
+    """Where the records' RAGQuestEval questions came from, for the construct stage's line: with
+    no `quest_eval.llm` none was written by a model, and the line says so rather than naming
+    None."""
+    written = (
+        f"{counts['generated']} written by {llm}"
+        if llm
+        else "none written by a model (quest_eval.llm not set)"
+    )
+    return (
+        f"RAGQuestEval questions: {counts['released']} from the authors' caches, {written},"
+        f" {counts['none']} without"
+    )
+
+
 class TextScorer(Scorer):
     def score_line(self, generation: str, reference: str) -> dict[str, float]:
         return metrics.text_metrics(generation, reference)
@@ -303,11 +318,7 @@ class CrudRag(Benchmark[CrudParams, Item, Item]):
             for task in cx.tasks
         }
         tasks = ", ".join(f"{t} {sum(1 for i in out if i.task == t)}" for t in cx.tasks)
-        summary_line = (
-            f"{len(out)} items ({tasks}); RAGQuestEval questions: {counts['released']} from the"
-            f" authors' caches, {counts['generated']} written by {cx.quest_eval.llm}, "
-            f"{counts['none']} without"
-        )
+        summary_line = f"{len(out)} items ({tasks}); " + questions_line(counts, cx.quest_eval.llm)
         return Constructed(out, failures, summary_line, files)
 
     def items(self, dataset: Sequence[Item]) -> dict[str, Item]:

@@ -56,6 +56,13 @@ def test_every_task_family_of_the_fixture_becomes_items_with_its_fields() -> Non
     )
 
 
+def test_the_construct_line_names_no_model_when_none_writes_questions() -> None:
+    """With no `quest_eval.llm` (the default) the line said "0 written by None"."""
+    line = BENCH.construct(ctx(), None).summary
+    assert "None" not in line, line
+    assert "1 from the authors' caches, none written by a model (quest_eval.llm not set)" in line
+
+
 def test_records_limits_each_task_family() -> None:
     built = BENCH.construct(ctx(records=1), None)
     assert sum(1 for i in built.records if i.task == "event_summary") == 1
