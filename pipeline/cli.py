@@ -14,6 +14,7 @@ are here and in pipeline/stages/commands.py.
     lfbench check                          validate params.yaml whole (every benchmark section)
     lfbench plan [TARGETS] [--json]        what `dvc repro` would send: requests, tokens, $, time
     lfbench repro [-j N] [--cluster A]     dvc repro with independent stages side by side
+    lfbench status [--json]                what a running repro has done, runs and has left
     lfbench prune                          drop what removed stages left in dvc.lock and outputs
     lfbench worker SCHEDULER [--clone DIR] a Dask worker for `lfbench repro --cluster`
     lfbench track <benchmark>              (re)log MLflow runs from the pipeline's outputs
@@ -66,6 +67,7 @@ COMMANDS = {
     "repro": "pipeline.runner.commands:repro",
     "worker": "pipeline.runner.commands:worker",
     "prune": "pipeline.runner.commands:prune",
+    "status": "pipeline.runner.commands:status",
     "compare": "pipeline.results.commands:compare",
     "report": "pipeline.results.commands:report",
     "audit": "pipeline.results.commands:audit",

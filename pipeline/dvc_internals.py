@@ -95,7 +95,7 @@ check_versions()
 from dvc.data_cloud import DataCloud  # noqa: E402
 from dvc.dependency.param import ParamsDependency  # noqa: E402
 from dvc.exceptions import DvcException, NoOutputOrStageError  # noqa: E402
-from dvc.lock import LockError  # noqa: E402
+from dvc.lock import LockError, LockNoop  # noqa: E402
 from dvc.repo import Repo, lock_repo  # noqa: E402
 from dvc.stage.cache import RunCacheNotFoundError, StageCache  # noqa: E402
 from dvc.utils.objects import cached_property  # noqa: E402
@@ -289,15 +289,54 @@ def plan(repo: Any, targets: Sequence[str]) -> tuple[list[Any], dict[str, list[s
     return steps, upstream
 
 
-def status(repo: Any, targets: Sequence[str] = ()) -> dict[str, Any]:
+def status(repo: Any, targets: Sequence[str] = (), *, lock: bool = True) -> dict[str, Any]:
     """`dvc status --with-deps [TARGETS]`: the changed stages among the targets and every stage
-    they depend on (what `dvc repro TARGETS` checks and runs), by name."""
+    they depend on (what `dvc repro TARGETS` checks and runs), by name. `lock=False`: read
+    without taking the project's lock (`without_lock`)."""
     try:
-        return dict(repo.status(targets=list(targets) or None, with_deps=True))
+        with contextlib.nullcontext() if lock else without_lock(repo):
+            return dict(repo.status(targets=list(targets) or None, with_deps=True))
     except NoOutputOrStageError as e:
         raise UnknownTarget(str(e)) from e
     except LockError as e:
         raise ProjectLocked(str(e)) from e
+
+
+@contextlib.contextmanager
+def without_lock(repo: Any) -> Iterator[Any]:
+    """This repository reads the project while another process (a running `lfbench repro`)
+    holds its lock, taking neither the lock nor DVC's per-path read locks:
+
+    - DVC's `locked` commands take the lock only at depth 0 (`repo._lock_depth`,
+      dvc/repo/__init__.py `lock_repo`): this repository is told it holds it already, and its
+      own `lock` is a held no-op lock (a stage's `rwlocked` methods assert `is_locked`);
+    - a stage's `rwlocked` methods record read locks in `<tmp_dir>/rwlock`: a reader's entry
+      there would make the holder's next save of that stage's outputs fail ("is busy"), so
+      this repository's `tmp_dir` is a folder of its own for the duration.
+
+    It reads dvc.yaml, params, dvc.lock (which the driver replaces atomically) and the
+    workspace's files, and writes nothing of the project (DVC's hash cache is its own, shared
+    safely); a stage running meanwhile reads as changed. Everything is put back after."""
+    import tempfile
+
+    saved_lock, saved_depth = repo.lock, repo._lock_depth
+    saved_tmp = repo.__dict__.get("tmp_dir", _MISSING)
+    with tempfile.TemporaryDirectory(prefix="lfbench-read-") as private:
+        held = LockNoop()
+        held.lock()
+        repo.lock, repo._lock_depth = held, saved_depth + 1
+        repo.__dict__["tmp_dir"] = private
+        try:
+            yield repo
+        finally:
+            repo.lock, repo._lock_depth = saved_lock, saved_depth
+            if saved_tmp is _MISSING:
+                repo.__dict__.pop("tmp_dir", None)
+            else:
+                repo.__dict__["tmp_dir"] = saved_tmp
+
+
+_MISSING = object()
 
 
 def producers(repo: Any, stage: Any) -> list[str]:

@@ -245,6 +245,36 @@ def test_the_lock_is_dvc_s_and_a_second_holder_is_one_clear_error(tmp_path: Path
             pass
 
 
+def test_status_without_the_lock_answers_while_another_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: `status(lock=False)` (a running `lfbench repro` holds the lock): DVC's
+    `locked` skips taking it at `_lock_depth > 0`; the same answer as with the lock, no read
+    lock left in the project's rwlock file (the holder's save of a stage's outputs would
+    find it busy), the lock untouched (still the holder's), the repository as before."""
+    proj = toy(tmp_path / "p", diamond())
+    monkeypatch.chdir(proj)
+    run(["dvc", "repro", "a", "e"], proj)
+    with dvc.open_repo(proj) as holder, dvc.open_repo(proj) as reader:
+        with dvc.locked(holder):
+            with pytest.raises(dvc.ProjectLocked):
+                dvc.status(reader)
+            assert set(dvc.status(reader, lock=False)) == set("bcd")
+            assert set(dvc.status(reader, ["c"], lock=False)) == {"c"}
+            assert reader._lock_depth == 0 and reader.tmp_dir == str(proj / ".dvc" / "tmp")
+            assert not dvc.rwlock_holders(reader)
+            # the holder writes a stage's outputs meanwhile: not blocked
+            for name in ("b", "c"):
+                stage = _stages(holder)[name]
+                (proj / "out").mkdir(exist_ok=True)
+                (proj / "out" / f"{name}.json").write_text("{}")
+                dvc.save(stage)  # its rwlock write: no reader's entry in the way
+                assert set(dvc.status(reader, lock=False)) == set("bcd")
+            with pytest.raises(dvc.ProjectLocked), dvc.locked(reader):
+                pass  # still the holder's
+        assert set(dvc.status(reader)) == set("bcd")
+
+
 def test_rwlock_holders_reads_what_dvc_writes_for_a_running_command(tmp_path: Path) -> None:
     """.dvc/tmp/rwlock (DVC's own `rwlock`, as `dvc repro` takes it around a stage's command):
     the holder's pid and command line; none once it lets go."""

@@ -186,6 +186,49 @@ def test_ctrl_c_stops_the_running_stages_once_and_starts_nothing_new(tmp_path: P
     assert {"a", "e"} <= set(lock) and not {"b", "c", "d"} & set(lock)
 
 
+def test_status_and_plan_answer_while_a_run_holds_the_lock(tmp_path: Path) -> None:
+    """Issue 42: the driver holds DVC's lock for its whole run. While b and c run, `lfbench
+    status` lists what is done, running and left (the state the driver publishes), the plan's
+    `dvc status` reads the project without the lock (c and d, and b, still to do) where a
+    plain `dvc status` is refused, and the run ends as it would have."""
+    from pipeline.stages.plan import changed_stages
+
+    proj = toy(tmp_path / "p", diamond(), cfg={"sleep": {"b": 20, "c": 20}})
+    proc = subprocess.Popen(
+        ["lfbench", "repro", "--jobs", "4"],
+        cwd=proj,
+        env=run_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until b and c run
+            out = subprocess.run(
+                ["lfbench", "status"], cwd=proj, env=run_env(), capture_output=True, text=True
+            ).stdout
+            if "2 done, 2 running, 1 left" in out:
+                break
+            time.sleep(0.3)
+        assert "2 done, 2 running, 1 left" in out, out
+        lines = out.splitlines()
+        done, running, left = (lines.index(h) for h in ("done:", "running:", "left:"))
+        assert {w.split()[0] for w in lines[done + 1 : running]} == {"a", "e"}
+        assert {w.split()[0] for w in lines[running + 1 : left]} == {"b", "c"}
+        assert lines[left + 1].split()[0] == "d"
+        assert "Unable to acquire lock" in run(["dvc", "status"], proj, check=False).stderr
+        assert {c.name.rsplit(":", 1)[-1] for c in changed_stages(proj)} == {"b", "c", "d"}
+        doc = json.loads(run(["lfbench", "status", "--json"], proj).stdout)
+        assert doc["alive"] and doc["finished"] is None
+    finally:
+        _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert "5 done" in err
+    after = run(["lfbench", "status"], proj).stdout
+    assert "ended" in after and "5 done, 0 running, 0 left" in after
+
+
 def test_prune_forgets_a_removed_stage_and_its_outputs(tmp_path: Path) -> None:
     pipeline = {
         "stages": {

@@ -33,7 +33,7 @@ def test_the_stages_and_section_land_in_this_projects_files(tmp_path: Path) -> N
     create("toy", root, root / "params.yaml", root / "dvc.yaml")
     after = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
     added = set(after["stages"]) - set(before["stages"])
-    kinds = ("construct", "retrieve", "generate", "judge", "aggregate")
+    kinds = ("construct", "retrieve", "generate", "judge", "results", "aggregate")
     assert added == {f"toy-{s}" for s in kinds}
     assert after["plots"][:-1] == before["plots"]  # the others' plots are untouched
     # the folders its stages read: its raw data, its retrievers' outputs

@@ -36,6 +36,7 @@ STAGE_MODULES = {
     "generate": "pipeline.stages.generate",
     "judge": "pipeline.stages.judge",
     "aggregate": "pipeline.stages.aggregate",
+    "results": "pipeline.stages.aggregate",
     "agreement": "pipeline.stages.agreement",
     "train-local-judge": "pipeline.stages.train_judge",
 }

@@ -1,6 +1,7 @@
 """Running the stages from the command line: `lfbench repro` (`dvc repro` with independent
 stages side by side, on this machine or a Dask cluster), `lfbench worker` (a cluster's worker)
-and `lfbench prune`; `lfbench plan` (what a repro would send, or DVC's dry run)."""
+and `lfbench prune`; `lfbench plan` (what a repro would send, or DVC's dry run); `lfbench
+status` (what a running or the last `lfbench repro` has done, is running and has left)."""
 
 from __future__ import annotations
 
@@ -238,3 +239,22 @@ def prune(force: bool) -> None:
 
     gone = prune_workspace(Path.cwd(), force=force)
     click.echo(f"pruned {len(gone)} stage(s)" + (f": {', '.join(gone)}" if gone else ""))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the driver's state as JSON.")
+def status(as_json: bool) -> None:
+    """What the running (or the last) `lfbench repro` of this project has done, is running and
+    has left, from the state its driver publishes (.lfbench/repro-state.json). Takes no lock
+    and reads no DVC file: it answers while the run holds DVC's lock."""
+    from pipeline.core.live import alive, read_state
+    from pipeline.runner.status import status_lines
+
+    state = read_state(Path.cwd())
+    if state is None:
+        click.echo("no `lfbench repro` has run in this project (no .lfbench/repro-state.json)")
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({**state, "alive": alive(state.get("pid"))}, indent=2))
+        return
+    click.echo("\n".join(status_lines(state, alive(state.get("pid")))))

@@ -26,6 +26,10 @@ why Dask and not Ray), and leaves the workspace as a serial `dvc repro` leaves i
 - **Alone in the project.** Before anything, a DVC command running in the project (a `dvc
   repro` whose stage command runs while DVC's lock is let go) stops the run
   (`pipeline/runner/alone.py`).
+- **Look while it runs.** The driver publishes its state (`.lfbench/repro-state.json`,
+  pipeline/core/live.py, replaced atomically) when a stage changes state and every few seconds:
+  `lfbench status` reads it, and `lfbench plan` reads the project without DVC's lock when the
+  lock is this run's.
 - **Removed stages.** Before the plan, the dvc.lock entries of stages no longer in dvc.yaml (a
   model or judge taken out of params.yaml) are dropped and their outputs removed from the
   workspace (they stay in the DVC cache), so the folders the aggregates read are as before the
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import dvc_internals as dvc
+from pipeline.core import live
 from pipeline.core.errors import ConfigError, LfbenchError
 from pipeline.env.containers import forget
 from pipeline.runner.alone import refuse_if_dvc_runs
@@ -83,6 +88,7 @@ WAITING, RUNNING, DONE, FAILED, SKIPPED, STOPPED = (
     "stopped",
 )
 FINISHED = (DONE, UNCHANGED, RESTORED)
+PUBLISH_EVERY_S = 2.0  # the published state of running stages (their progress), at most this old
 
 
 @dataclass
@@ -210,6 +216,8 @@ class Repro:
         self._t0: float | None = None
         self._pull_s: float | None = None  # --cluster: the driver's pulls of the outputs
         self._pull_last_s: float | None = None  # of which the one after the last stage
+        self._started_at = time.time()
+        self._published: tuple[float, Any] = (0.0, None)  # when, and the states then
 
     # -- engine
 
@@ -266,6 +274,8 @@ class Repro:
         repo = dvc.open_repo(self.root)
         with contextlib.ExitStack() as held:
             held.enter_context(dvc.locked(repo))
+            # the lock is this run's: say so before anything (`lfbench plan` reads without it)
+            held.enter_context(self._published_run())
             refuse_if_dvc_runs(repo)
             if self.cluster:  # the scheduler and its workers, before anything is done
                 self._engine = self._start_engine(held)
@@ -547,8 +557,58 @@ class Repro:
                     st.progress = msg
 
     def _show(self, final: bool = False) -> None:
+        self._publish()
         if self.view is not None:
             self.view.update(self.states, final=final)
+
+    @contextlib.contextmanager
+    def _published_run(self) -> Iterator[None]:
+        self._publish()
+        try:
+            yield
+        finally:
+            self._publish(final=True)
+
+    def _publish(self, final: bool = False) -> None:
+        """The run's state for `lfbench status` and `lfbench plan` (pipeline/core/live.py): on
+        every change of a stage's state, and every PUBLISH_EVERY_S while stages run."""
+        now = time.monotonic()
+        states = tuple((st.name, st.state) for st in self.states.values())
+        when, before = self._published
+        if not final and states == before and now - when < PUBLISH_EVERY_S:
+            return
+        self._published = (now, states)
+        t0 = self._t0 or now
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - t0, 2)
+
+        doc = {
+            "run": self.run_id,
+            "pid": os.getpid(),
+            "started_at": self._started_at,
+            "updated_at": time.time(),
+            "elapsed_s": round(now - t0, 2),
+            "jobs": self.jobs,
+            "cluster": self.cluster is not None,
+            "targets": self.targets,
+            "finished": ("interrupted" if self._stopping else "ended") if final else None,
+            "stages": [
+                {
+                    "stage": st.name,
+                    "state": st.state,
+                    "started": rel(st.started),
+                    "ended": rel(st.ended),
+                    "progress": {
+                        k: v for k, v in st.progress.items() if k in ("done", "total", "errors")
+                    },
+                    "why": st.why,
+                }
+                for st in sorted(self.states.values(), key=lambda s: s.index)
+            ],
+        }
+        with contextlib.suppress(OSError):
+            live.publish(self.root, doc)
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:

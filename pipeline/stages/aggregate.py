@@ -9,19 +9,26 @@ construct, generate and judge stages, git, data and runtime, the usage counters 
 stages (as counters: re-logged, not a new run), and the judge's kappa against people (from the
 agreement stage's metrics, when given). Its runs are logged as the producer
 `<benchmark>-aggregate`: a row it no longer produces is retired (pipeline/stages/tracking.py).
+
+Stage `<benchmark>-results@<model>` (`model_results`) does the same for one model as soon as
+that model's generate and judge stages are done: `results/<benchmark>/<model>.json` (its rows)
+and its MLflow runs, logged as the aggregate's, so the aggregate, which runs after every model's
+and writes the metrics file, the report and the runs across models, finds them unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.core import aggregation
-from pipeline.core.benchmark import AnyBenchmark, Context, RunRow
+from pipeline.core.benchmark import AnyBenchmark, Context, Run, RunRow
 from pipeline.core.config import Params, PublishedModel
+from pipeline.core.errors import ConfigError
 from pipeline.core.io import (
     atomic_write_bytes,
     atomic_write_text,
@@ -158,6 +165,7 @@ def aggregate(
     track: bool = True,
     agreement_path: Path | None = None,
     released_path: Path | None = None,
+    results_dir: Path | None = None,
 ) -> list[RunRow]:
     if track:
         from pipeline.stages.mlflow_store import preflight
@@ -200,57 +208,173 @@ def aggregate(
     per_model = model_summary(bench, result.metrics.get("rows", []), usage, section.judges)
     if per_model:
         log.info("%s per model:\n%s", bench.name, "\n".join(summary_lines(per_model)))
-    if track:
-        shas = prompt_shas(runs, params)
-        kappas = kappa_vs_human(agreement_path)
-        digest = file_digest(dataset_path)
-        common = common_tags(root)
-        construct_md5 = stage_md5_of(root, construct_stage(bench.name))
-        dataset_ref = DatasetRef(
-            name=f"{bench.name}/{dataset_path.name}",
-            digest=digest,
-            source=_relative(dataset_path, root),
+    # the per-model stages' rows: the same as these, unless a benchmark's rows depend on other
+    # models (then the early ones were provisional: said here)
+    results = early_results(results_dir, section.models)
+    for model, mismatch in results_differ(results, result.metrics.get("rows", [])).items():
+        log.warning(
+            "%s: %s's early rows (%s) differ from the final ones (%s): they depend on other models",
+            bench.name,
+            model,
+            results_path(results_dir or Path(), model),
+            mismatch,
         )
-        specs = []
-        for row in result.runs:
-            assert row.model is not None and row.judge is not None, row.key
-            m, j = row.model, row.judge
-            lineage = {
-                "model.entry": m,
-                "model.provider": params.models[m].provider,
-                "model.entry_sha": entry_sha(params.models[m], bench.name),
-                "judge.name": j,
-                "judge.provider": params.judges[j].provider,
-                "judge.entry_sha": entry_sha(params.judges[j], bench.name),
-                "judge.prompt_sha": joined_sha(shas, m, j),
-                "model.prompt_sha": joined_sha(shas, m),
-                "dataset.digest": digest,
-                "dvc.stage": judge_stage(bench.name, m, j),
-                "dvc.stage_md5": stage_md5_of(root, judge_stage(bench.name, m, j)),
-                "dvc.generate_stage_md5": stage_md5_of(root, generate_stage(bench.name, m)),
-                "dvc.construct_stage_md5": construct_md5,
-                **common,
-            }
-            lineage |= system_lineage(generations_dir, m)
-            lineage |= retriever_lineage(bench, ctx, root, row)
-            metrics: dict[str, float] = {}
-            if j in kappas:
-                metrics["judge.kappa_vs_human"] = kappas[j]
-                lineage["judge.kappa_vs_human"] = f"{kappas[j]:.3f}"
-            specs.append(
-                run_spec(
-                    bench,
-                    params,
-                    row,
-                    lineage=lineage,
-                    metrics=metrics,
-                    dataset=dataset_ref,
-                    counters=usage_metrics(usage, m, j),
-                )
-            )
+    if track:
+        specs = run_specs(
+            bench, params, ctx, result.runs, runs, usage, dataset_path, generations_dir, root,
+            agreement_path,
+        )  # fmt: skip
+        # the same producer as the per-model stages: a row they logged with the same result is
+        # skipped here (one run per row), and this sync retires the rows no model produces now
         report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate")
         log_sync(bench.name, report)
     return result.runs
+
+
+def run_specs(
+    bench: AnyBenchmark,
+    params: Params,
+    ctx: Context[Any],
+    rows: Sequence[RunRow],
+    runs: Sequence[Run],
+    usage: StageUsage,
+    dataset_path: Path,
+    generations_dir: Path,
+    root: Path,
+    agreement_path: Path | None,
+) -> list[RunSpec]:
+    """The MLflow runs of `rows` with every benchmark's lineage (see the module's docstring)."""
+    shas = prompt_shas(runs, params)
+    kappas = kappa_vs_human(agreement_path)
+    digest = file_digest(dataset_path)
+    common = common_tags(root)
+    construct_md5 = stage_md5_of(root, construct_stage(bench.name))
+    dataset_ref = DatasetRef(
+        name=f"{bench.name}/{dataset_path.name}",
+        digest=digest,
+        source=_relative(dataset_path, root),
+    )
+    specs = []
+    for row in rows:
+        assert row.model is not None and row.judge is not None, row.key
+        m, j = row.model, row.judge
+        lineage = {
+            "model.entry": m,
+            "model.provider": params.models[m].provider,
+            "model.entry_sha": entry_sha(params.models[m], bench.name),
+            "judge.name": j,
+            "judge.provider": params.judges[j].provider,
+            "judge.entry_sha": entry_sha(params.judges[j], bench.name),
+            "judge.prompt_sha": joined_sha(shas, m, j),
+            "model.prompt_sha": joined_sha(shas, m),
+            "dataset.digest": digest,
+            "dvc.stage": judge_stage(bench.name, m, j),
+            "dvc.stage_md5": stage_md5_of(root, judge_stage(bench.name, m, j)),
+            "dvc.generate_stage_md5": stage_md5_of(root, generate_stage(bench.name, m)),
+            "dvc.construct_stage_md5": construct_md5,
+            **common,
+        }
+        lineage |= system_lineage(generations_dir, m)
+        lineage |= retriever_lineage(bench, ctx, root, row)
+        metrics: dict[str, float] = {}
+        if j in kappas:
+            metrics["judge.kappa_vs_human"] = kappas[j]
+            lineage["judge.kappa_vs_human"] = f"{kappas[j]:.3f}"
+        specs.append(
+            run_spec(
+                bench,
+                params,
+                row,
+                lineage=lineage,
+                metrics=metrics,
+                dataset=dataset_ref,
+                counters=usage_metrics(usage, m, j),
+            )
+        )
+    return specs
+
+
+def results_path(results_dir: Path, model: str) -> Path:
+    """A model's early results (`<benchmark>-results@<model>`): its rows."""
+    return results_dir / f"{model}.json"
+
+
+def model_results(
+    bench: AnyBenchmark,
+    params: Params,
+    model: str,
+    dataset_path: Path,
+    generations_dir: Path,
+    judgements_dir: Path,
+    out: Path,
+    root: Path,
+    track: bool = True,
+    agreement_path: Path | None = None,
+) -> list[RunRow]:
+    """Stage `<benchmark>-results@<model>`: one model's rows and MLflow runs, as soon as its own
+    generate and judge stages are done (the aggregate waits for every model's).
+
+    Its rows are scored as the aggregate scores them, from this model's generations and
+    judgements alone: the same rows, the same runs (the aggregate's sync then finds them
+    unchanged and skips them), except what a benchmark draws across models (CRUX's tau runs,
+    a figure of every model's rows), which only the aggregate makes. Its runs are logged as the
+    aggregate's (producer `<benchmark>-aggregate`), retiring nothing: a row no model produces
+    any more is retired by the aggregate, which sees them all."""
+    if track:
+        from pipeline.stages.mlflow_store import preflight
+
+        preflight(root)
+    ctx = context(bench, params, root)
+    section = ctx.section
+    if model not in section.models:
+        raise ConfigError(f"{bench.name}.models does not list {model}")
+    dataset = read_dataset(bench, dataset_path)
+    runs = read_runs(params, [model], section.judges, generations_dir, judgements_dir)
+    result = aggregation.aggregate(bench, ctx, dataset, runs)
+    flat = result.metrics.get("rows", [])
+    rows = [r for r in flat if r.get("model") == model]
+    # the rows' own runs: `aggregation.aggregate` lists them first, in the rows' order, then
+    # the benchmark's runs across rows (CRUX's tau), which are the aggregate's to log
+    own = [r for r in result.runs[: len(flat)] if r.model == model]
+    write_json(out, {"benchmark": bench.name, "model": model, "rows": rows})
+    log.info("wrote %s (%d rows of %s)", out, len(rows), model)
+    if track:
+        usage = collect_usage([model], section.judges, generations_dir, judgements_dir)
+        specs = run_specs(
+            bench, params, ctx, own, runs, usage, dataset_path, generations_dir, root,
+            agreement_path,
+        )  # fmt: skip
+        report = sync(bench.name, specs, root, producer=f"{bench.name}-aggregate", retire=False)
+        log_sync(f"{bench.name} ({model})", report)
+    return own
+
+
+def early_results(results_dir: Path | None, models: Sequence[str]) -> dict[str, list[Any]]:
+    """model -> its rows in the per-model results folder (those of the section's models)."""
+    if results_dir is None:
+        return {}
+    out = {}
+    for model in models:
+        path = results_path(results_dir, model)
+        if path.is_file():
+            out[model] = list(read_json(path).get("rows", []))
+    return out
+
+
+def results_differ(
+    results: Mapping[str, Sequence[Any]], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    """model -> how its early rows differ from the aggregate's (none: not listed)."""
+    out = {}
+    for model, early in results.items():
+        # as the metrics file holds them (JSON: tuples are lists)
+        final = json.loads(json.dumps([r for r in rows if r.get("model") == model]))
+        if len(early) != len(final):
+            out[model] = f"{len(early)} rows, {len(final)} now"
+        elif early != final:
+            n = sum(1 for a, b in zip(early, final, strict=True) if a != b)
+            out[model] = f"{n} of {len(final)} rows"
+    return out
 
 
 def retriever_lineage(

@@ -21,6 +21,7 @@ STAGES = (
     "generate",
     "judge",
     "aggregate",
+    "results",
     "agreement",
     "train-local-judge",
 )
@@ -197,6 +198,13 @@ def stage_train_local_judge(
     help="Also write the rows of the released systems (models with provider `published`)"
     " here: what another benchmark compares with (CRUX), apart from your models' rows.",
 )
+@click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The per-model results stages' folder: each model's early rows, checked against these.",
+)
 def stage_aggregate(
     benchmark: str,
     dataset: Path,
@@ -209,6 +217,7 @@ def stage_aggregate(
     track: bool,
     agreement_path: Path | None,
     released_path: Path | None,
+    results_dir: Path | None,
 ) -> None:
     """Judgements -> metrics, report and MLflow runs."""
     from pipeline.stages.aggregate import aggregate
@@ -225,6 +234,54 @@ def stage_aggregate(
         track=track,
         agreement_path=agreement_path,
         released_path=released_path,
+        results_dir=results_dir,
+    )
+
+
+@stage.command("results")
+@click.option("--benchmark", required=True)
+@click.option("--model", required=True)
+@path_option("--dataset")
+@path_option("--generations", "generations_dir")
+@path_option("--judgements", "judgements_dir")
+@path_option("--out")
+@params_option
+@click.option(
+    "--track/--no-track", default=True, show_default=True, help="Log one MLflow run per result row."
+)
+@click.option(
+    "--agreement",
+    "agreement_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The agreement stage's metrics: adds judge.kappa_vs_human to each run.",
+)
+def stage_results(
+    benchmark: str,
+    model: str,
+    dataset: Path,
+    generations_dir: Path,
+    judgements_dir: Path,
+    out: Path,
+    params_path: Path,
+    track: bool,
+    agreement_path: Path | None,
+) -> None:
+    """One model's judgements -> its rows and MLflow runs (before the other models' are done)."""
+    from pipeline.stages.aggregate import model_results
+
+    bench, params = _bench(benchmark, params_path)
+    model_results(
+        bench,
+        params,
+        model,
+        dataset,
+        generations_dir,
+        judgements_dir,
+        out,
+        root=Path.cwd(),
+        track=track,
+        agreement_path=agreement_path,
     )
 
 

@@ -843,11 +843,14 @@ def changed_stages(root: Path, targets: Sequence[str] = ()) -> list[StageCmd]:
     """The stages `dvc status` reports changed among the targets and the stages they depend on
     (what `dvc repro TARGETS` runs first), in dvc.yaml's order, with their commands."""
     from pipeline import dvc_internals as dvc
+    from pipeline.core.live import running_repro
 
+    # a running `lfbench repro` holds DVC's lock for its whole run: read without it then
+    lock = running_repro(root) is None
     try:
         with dvc.open_repo(root) as repo:
             try:
-                status = dvc.status(repo, targets)
+                status = dvc.status(repo, targets, lock=lock)
             except dvc.UnknownTarget as e:
                 raise DataError(unknown_target(repo, targets), file="dvc.yaml") from e
             out = []

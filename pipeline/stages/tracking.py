@@ -325,9 +325,18 @@ class RunSpec:
 SYNC_THREADS = 8
 
 
-def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str) -> SyncReport:
+def sync(
+    experiment: str,
+    specs: Sequence[RunSpec],
+    root: Path,
+    *,
+    producer: str,
+    retire: bool = True,
+) -> SyncReport:
     """Make the experiment's current runs of `producer` in this workspace match `specs` (create,
-    skip or supersede; retire the rows it no longer produces; heal what a killed sync left)."""
+    skip or supersede; retire the rows it no longer produces; heal what a killed sync left).
+    `retire=False`: `specs` are part of the producer's rows (one model's, logged early), so no
+    other row is retired; the producer's complete sync does that."""
     keys = [s.row_key for s in specs]
     if len(set(keys)) != len(keys):
         twice = sorted(k for k in set(keys) if keys.count(k) > 1)
@@ -347,7 +356,8 @@ def sync(experiment: str, specs: Sequence[RunSpec], root: Path, *, producer: str
             current = _of(producer, _current_runs(client, exp_id))  # and a concurrent sync's
         touched = set(keys)
         report.deduplicated, report.healed = _converge(client, current, touched)
-        report.retired = _retire(client, current, touched, producer, workspace)
+        if retire:
+            report.retired = _retire(client, current, touched, producer, workspace)
     return report
 
 

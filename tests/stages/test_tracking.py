@@ -451,6 +451,30 @@ def test_rows_no_longer_produced_are_retired_in_their_workspace_only(
         )
 
 
+def test_a_models_early_sync_then_the_aggregates_log_each_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: a per-model results stage logs its model's rows as the aggregate's producer,
+    retiring nothing (the other models' rows, a dropped model's, stay for the aggregate); the
+    aggregate then finds them unchanged (skipped, not logged twice) and retires what no model
+    produces any more."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = _client(tmp_path)
+    old = [_row("old-x", model="old")]
+    first = sync("t", [*old, _row("slow-x", model="slow")], tmp_path, producer="b-aggregate")
+    assert first.created == 2
+    # the fast model's stage: its rows, nothing else touched
+    fast = [_row("fast-x", model="fast"), _row("fast-y", model="fast")]
+    early = sync("t", fast, tmp_path, producer="b-aggregate", retire=False)
+    assert (early.created, early.retired) == (2, 0)
+    ids = _current_ids(client)
+    assert set(ids) == {"old-x", "slow-x", "fast-x", "fast-y"}
+    # the aggregate, after every model's stage (model old removed from params meanwhile)
+    final = sync("t", [*fast, _row("slow-x", model="slow")], tmp_path, producer="b-aggregate")
+    assert (final.created, final.skipped, final.superseded, final.retired) == (0, 3, 0, 1)
+    assert _current_ids(client) == {k: ids[k] for k in ("slow-x", "fast-x", "fast-y")}
+
+
 def test_a_sync_that_creates_nothing_heals_a_killed_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
