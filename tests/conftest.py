@@ -128,6 +128,8 @@ def write_haystack(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
 def run(
     cmd: list[str], cwd: Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    if cmd[:2] in (["dvc", "repro"], ["lfbench", "repro"], ["dvc", "exp"]):
+        _list_entries_once(cwd)  # what `make repro` does first (`lfbench check`)
     proc = subprocess.run(cmd, cwd=cwd, env=run_env(env), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(
@@ -193,6 +195,28 @@ def make_project(dest: Path, mirror: Path) -> Path:
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], dest)
     run(["lfbench", "data", "fetch", "--mirror", str(mirror)], dest)
     return dest
+
+
+_LISTED: dict[Path, tuple[int, int]] = {}
+
+
+def _list_entries_once(proj: Path) -> None:
+    """`list_entries` before a repro in a test project whose params.yaml or dvc.yaml changed
+    since the last one (a test's own params.yaml may name other judges than the shipped one);
+    params a test made invalid on purpose are left for the command to refuse."""
+    from pipeline.core.errors import LfbenchError
+
+    files = (proj / "params.yaml", proj / "dvc.yaml")
+    if not all(f.exists() for f in files):
+        return
+    stamp = (files[0].stat().st_mtime_ns, files[1].stat().st_mtime_ns)
+    if _LISTED.get(proj) == stamp:
+        return
+    try:
+        list_entries(proj)
+    except (LfbenchError, ValueError, KeyError):
+        return
+    _LISTED[proj] = (files[0].stat().st_mtime_ns, files[1].stat().st_mtime_ns)
 
 
 def list_entries(proj: Path) -> None:
