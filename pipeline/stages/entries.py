@@ -58,11 +58,13 @@ def unlisted(params: Params, dvc_file: Path, only: str | None = None) -> list[st
     return out
 
 
-def relist(params: Params, dvc_file: Path) -> list[str]:
+def relist(params: Params, dvc_file: Path, exact: bool = True) -> list[str]:
     """Rewrite, in `dvc_file`'s text, the `judges.*` items of the `params` list of each stage
     whose judges entries follow from params.yaml (an agreement stage, a construct stage): the
     entries it reads now, no more, no fewer. Comments and every other line stay as they are.
-    Returns `stage: +key` / `stage: -key` for each change (`lfbench check --fix`)."""
+    Returns `stage: +key` / `stage: -key` for each change (`lfbench check --fix`). With
+    `exact` False, a listed entry params.yaml still has stays (only what DVC would refuse, an
+    entry params.yaml lacks, goes)."""
     from pipeline.core import registry
 
     lines = dvc_file.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -78,16 +80,19 @@ def relist(params: Params, dvc_file: Path) -> list[str]:
             continue
         section = params.section(bench, registry.get(bench).params_model)
         want = [key for key, _ in entries_read(argv[2], bench, section)]
-        lines, changed = _relist_block(lines, stage, want)
+        keep = set() if exact else {f"judges.{j}" for j in params.judges}
+        lines, changed = _relist_block(lines, stage, want, keep)
         changes += [f"{stage}: {c}" for c in changed]
     if changes:
         dvc_file.write_text("".join(lines), encoding="utf-8")
     return changes
 
 
-def _relist_block(lines: list[str], stage: str, want: list[str]) -> tuple[list[str], list[str]]:
+def _relist_block(
+    lines: list[str], stage: str, want: list[str], keep: set[str]
+) -> tuple[list[str], list[str]]:
     """The stage's block-style `params:` list with its `- judges.<name>` items replaced by
-    `want` (added after its last item when it had none)."""
+    `want` and those of `keep` it had (added after its last item when it had none)."""
     head = f"  {stage}:\n"
     if head not in lines:
         return lines, []
@@ -103,7 +108,8 @@ def _relist_block(lines: list[str], stage: str, want: list[str]) -> tuple[list[s
         end += 1
     items = [ln[len("      - ") :].strip() for ln in lines[start:end]]
     have = [it for it in items if it.startswith("judges.") and "${" not in it]
-    if have == want:
+    want = [k for k in have if k in keep and k not in want] + want
+    if sorted(have) == sorted(want):
         return lines, []
     kept = [it for it in items if it not in have]
     new = kept + want

@@ -115,18 +115,22 @@ def test_repro_outputs_and_noop(repro: tuple[Path, str]) -> None:
         "summhay-generate@published",
         "summhay-judge@published-published-gpt-4o",
         "summhay-agreement",
+        "summhay-results@published",  # the model's rows as soon as its stages are done
         "summhay-aggregate",
         "long2rag-construct",
         "long2rag-generate@l2r-lead",
         "long2rag-judge@l2r-lead-l2r-overlap",
+        "long2rag-results@l2r-lead",
         "long2rag-aggregate",
         "crux-construct",
         "crux-generate@crux-contexts",
         "crux-judge@crux-contexts-crux-labels",
+        "crux-results@crux-contexts",
         "crux-aggregate",
         "crud_rag-construct",
         "crud_rag-generate@lead",
         "crud_rag-judge@lead-crud-text",
+        "crud_rag-results@lead",
         "crud_rag-aggregate",
     }
     l2r = json.loads((proj / "metrics" / "long2rag.json").read_text())["rows"]
@@ -372,7 +376,13 @@ def test_rerunning_aggregate_does_not_duplicate_runs(repro: tuple[Path, str]) ->
     _edit_params(proj, lambda p: p["summhay"]["scoring"].update(partial_credit=25))
     changed = run(["dvc", "repro"], proj)
     # CRUX compares its contexts with SummHay's Joint: its aggregate follows
-    assert _ran(changed.stdout) == ["summhay-aggregate", "crux-aggregate"]
+    # (through its results stage, which reads SummHay's released answers)
+    assert _ran(changed.stdout) == [
+        "summhay-results@published",
+        "summhay-aggregate",
+        "crux-results@crux-contexts",
+        "crux-aggregate",
+    ]
     current = _runs(proj)
     assert len(current) == 6 and not ({r.info.run_id for r in current} & before)
     assert len(_runs(proj, current_only=False)) == 12
@@ -393,11 +403,13 @@ def test_adding_a_model_runs_only_its_stages(repro: tuple[Path, str]) -> None:
     out = run(["dvc", "repro"], proj)
     assert sorted(_ran(out.stdout)) == [
         "crux-aggregate",  # a new released system's coverage: CRUX correlates with it
+        "crux-results@crux-contexts",
         "summhay-aggregate",
         # not summhay-agreement: it reads the human-labelled systems' judgements only
         # (construction reads no model entry: the model's own stage checks its settings)
         "summhay-generate@gemini-oracle",
         "summhay-judge@gemini-oracle-published-gpt-4o",
+        "summhay-results@gemini-oracle",  # and not summhay-results@published
     ]
     rows = json.loads((proj / "metrics" / "summhay.json").read_text())["rows"]
     assert len(rows) == 7
