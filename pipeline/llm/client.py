@@ -721,6 +721,10 @@ class _ProgressFile:
 
     def off_wire(self, key: str) -> None:
         self.wire.pop(key, None)
+        # the last one off the wire: none is in flight now (its answer may have been counted
+        # done, and the file written, before it came off)
+        if not self.wire:
+            self.write(force=True)
 
     def advance(self, ok: bool) -> None:
         self.done += 1

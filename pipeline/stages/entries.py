@@ -58,7 +58,9 @@ def unlisted(params: Params, dvc_file: Path, only: str | None = None) -> list[st
     return out
 
 
-def relist(params: Params, dvc_file: Path, exact: bool = True) -> list[str]:
+def relist(
+    params: Params, dvc_file: Path, exact: bool = True, only: str | None = None
+) -> list[str]:
     """Rewrite, in `dvc_file`'s text, the `judges.*` items of the `params` list of each stage
     whose judges entries follow from params.yaml (an agreement stage, a construct stage): the
     entries it reads now, no more, no fewer. Comments and every other line stay as they are.
@@ -76,7 +78,7 @@ def relist(params: Params, dvc_file: Path, exact: bool = True) -> list[str]:
         if argv[2] not in ("agreement", "construct"):
             continue
         bench = argv[argv.index("--benchmark") + 1]
-        if bench not in params.benchmarks():
+        if bench not in params.benchmarks() or only not in (None, bench):
             continue
         section = params.section(bench, registry.get(bench).params_model)
         want = [key for key, _ in entries_read(argv[2], bench, section)]
