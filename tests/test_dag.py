@@ -87,9 +87,11 @@ def test_adding_a_model_reaches_its_own_stages_and_its_benchmarks_aggregates(
     assert hit == {
         "summhay-generate@mine",
         *(f"summhay-judge@mine-{j}" for j in judges["summhay"]),
+        "summhay-results@mine",
         "summhay-aggregate",
         "long2rag-generate@mine",
         *(f"long2rag-judge@mine-{j}" for j in judges["long2rag"]),
+        "long2rag-results@mine",
         "long2rag-aggregate",
     }
     # before the fix: the agreement stage listed summhay.models and read every model's
@@ -103,14 +105,23 @@ def test_no_stage_that_logs_mlflow_runs_can_be_restored_from_the_run_cache() -> 
     not cache a run whose stage has a persist output (dvc/stage/cache.py, `_can_hash`): every
     stage that logs MLflow runs (aggregate, agreement) has one, the scaffold's too."""
     # the scaffold's stages, appended under `stages:` of a user's dvc.yaml
-    snippet = yaml.safe_load((ROOT / "pipeline/benchmarks/_template/dvc.snippet.yaml").read_text())
-    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    # (it names the shapes' anchors: it loads only at the end of the file that defines them)
+    text = (ROOT / "dvc.yaml").read_text()
+    snippet = (ROOT / "pipeline/benchmarks/_template/dvc.snippet.yaml").read_text()
+    doc = yaml.safe_load(text + snippet)["stages"]
+    assert "_template-aggregate" in doc and "_template-results" in doc
     logging = {
         name: s
-        for name, s in {**doc, **snippet}.items()
-        if any(f"run {verb} " in str(s["cmd"]) for verb in ("aggregate", "agreement"))
+        for name, s in doc.items()
+        if any(f"run {v} " in str(s.get("cmd")) for v in ("aggregate", "agreement", "results"))
     }
-    assert {"summhay-aggregate", "summhay-agreement", "crux-aggregate"} <= set(logging)
+    assert {
+        "summhay-aggregate",
+        "summhay-agreement",
+        "crux-aggregate",
+        "summhay-results",
+        "_template-results",
+    } <= set(logging)
     for name, s in logging.items():
         persisted = [
             path
