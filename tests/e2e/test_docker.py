@@ -178,7 +178,7 @@ def test_docker_by_default_and_local_give_identical_results(
         for r in runs:
             assert r.data.tags["runtime"] == runtime
             assert r.data.tags["image.digest"] == digest
-            assert r.data.tags["img.recipe"] == image["recipe"]
+            assert r.data.tags["image.recipe"] == image["recipe"]
 
     # Nothing left to do in either, and no container left behind.
     for proj in (project, local):
