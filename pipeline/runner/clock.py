@@ -47,13 +47,15 @@ class Schedule:
     end: dict[str, float] = field(default_factory=dict)
 
 
-def _priorities(jobs: Sequence[Job]) -> dict[str, int]:
-    """How many stages of the plan are downstream of each (the driver's priority)."""
-    below: dict[str, set[str]] = {j.name: set() for j in jobs}
-    for j in jobs:
-        for u in j.upstream:
+def downstream_counts(upstream: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """How many stages are downstream of each, given each stage's upstream stages (the
+    driver's priority: the stage that unblocks most starts first). Upstream names outside the
+    mapping are ignored."""
+    below: dict[str, set[str]] = {name: set() for name in upstream}
+    for name, ups in upstream.items():
+        for u in ups:
             if u in below:
-                below[u].add(j.name)
+                below[u].add(name)
     out = {}
     for name in below:
         seen: set[str] = set()
@@ -72,7 +74,7 @@ def simulate(jobs: Sequence[Job], slots: int, ncpu: int) -> Schedule:
     takes min(its cores, ncpu) of them), as the driver starts them; the wall time is the last
     end. Upstream names outside `jobs` are taken as done."""
     names = {j.name for j in jobs}
-    prio = _priorities(jobs)
+    prio = downstream_counts({j.name: list(j.upstream) for j in jobs})
     index = {j.name: i for i, j in enumerate(jobs)}
     order = sorted(jobs, key=lambda j: (-prio[j.name], index[j.name]))
     waiting = {j.name for j in jobs}

@@ -57,6 +57,7 @@ from pipeline.core import live
 from pipeline.core.errors import ConfigError, LfbenchError
 from pipeline.env.containers import forget
 from pipeline.runner.alone import refuse_if_dvc_runs
+from pipeline.runner.clock import downstream_counts
 from pipeline.runner.cluster import DRIVER_CONNECT_S, check_address
 from pipeline.runner.committed import shown, uncommitted
 from pipeline.runner.lockfile import Lockfile
@@ -641,19 +642,9 @@ class Repro:
 
 def _count_downstream(states: Mapping[str, StageState]) -> None:
     """Each stage's priority: how many stages of the run are downstream of it."""
-    below: dict[str, set[str]] = {n: set() for n in states}
-    for st in states.values():
-        for u in st.upstream:
-            below[u].add(st.name)
+    counts = downstream_counts({name: list(st.upstream) for name, st in states.items()})
     for name, st in states.items():
-        seen: set[str] = set()
-        todo = list(below[name])
-        while todo:
-            n = todo.pop()
-            if n not in seen:
-                seen.add(n)
-                todo.extend(below[n])
-        st.priority = len(seen)
+        st.priority = counts[name]
 
 
 def identity_commit(root: Path) -> str:
