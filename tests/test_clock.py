@@ -271,3 +271,20 @@ def test_the_probe_measures_a_rate_and_leaves_its_answers_in_the_cache(tmp_path:
     keys = [cache_key(ep, r) for r in reqs]
     assert set(cached_answers(tmp_path, stage, keys)) == set(keys)
     assert "probe" not in row.row()  # the JSON rows stay plain
+
+
+def test_a_new_progress_file_starts_its_counts_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stages in one process (the tests; a Dask worker) each get their own sums: a batch
+    left unfinished under one file does not show under the next."""
+    from pipeline.llm.client import _PROGRESS_FILE
+
+    monkeypatch.setenv("LFBENCH_PROGRESS_FILE", str(tmp_path / "a.json"))
+    _PROGRESS_FILE.add(5)
+    _PROGRESS_FILE.advance(True)
+    monkeypatch.setenv("LFBENCH_PROGRESS_FILE", str(tmp_path / "b.json"))
+    _PROGRESS_FILE.add(2)
+    assert json.loads((tmp_path / "b.json").read_text())["done"] == 0
+    assert json.loads((tmp_path / "b.json").read_text())["total"] == 2
+    assert json.loads((tmp_path / "a.json").read_text())["total"] == 5

@@ -705,12 +705,19 @@ class _ProgressFile:
     `oldest`, when the oldest attempt now on the wire was sent (None: none is)."""
 
     def __init__(self) -> None:
+        self.restart(None)
+
+    def restart(self, path: str | None) -> None:
+        self.path = path
         self.done = self.total = self.errors = 0
         self.written = 0.0
         self.t0: float | None = None
         self.wire: dict[str, float] = {}  # cache key -> when its attempt was sent
 
     def add(self, total: int) -> None:
+        path = os.environ.get("LFBENCH_PROGRESS_FILE")
+        if path != self.path:  # another file (another stage in this process): counts start over
+            self.restart(path)
         self.total += total
         self.t0 = self.t0 or time.time()
         self.write(force=True)
