@@ -130,10 +130,11 @@ def _embeddings(
         spec, [*q_texts, *w_texts], cache_path=cache, journal_path=journal, label=stage
     )
     out: list[Ranking | None] = [None] * len(queries)
-    # queries over the same passages (a shared corpus) are scored in one product
-    groups: dict[tuple[str, ...], list[int]] = {}
+    # queries over the same passages (a shared corpus) are scored in one product; the same
+    # ids alone are not the same passages (SummHay's are positions in each haystack)
+    groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for n, q in enumerate(queries):
-        groups.setdefault(tuple(p.id for p in q.passages), []).append(n)
+        groups.setdefault(tuple((p.id, p.text) for p in q.passages), []).append(n)
     for members in groups.values():
         passages = queries[members[0]].passages
         rows = [spec.passage_prefix + w for p in passages for w in windows[p.text]]

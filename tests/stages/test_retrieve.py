@@ -47,15 +47,20 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _params(retrievers: dict[str, Any], listed: list[str]) -> Any:
+def _params(
+    retrievers: dict[str, Any],
+    listed: list[str],
+    haystacks: tuple[str, ...] = ("news1",),
+    subtopics: int = 2,
+) -> Any:
     return validate_params(
         {
             "models": {"lead": {"provider": "baseline", "kind": "lead"}},
             "judges": {"local": {"provider": "local"}},
             "retrievers": retrievers,
             "summhay": {
-                "haystacks": ["news1"],
-                "subtopics": 2,
+                "haystacks": list(haystacks),
+                "subtopics": subtopics,
                 "lengths": {"haystacks": []},
                 "models": ["lead"],
                 "judges": ["local"],
@@ -83,10 +88,10 @@ def run(root: Path, dataset: Path, mirror: Path) -> Run:
     return go
 
 
-def _queries(dataset: Path) -> list[Any]:
+def _queries(dataset: Path, params: Any = None) -> list[Any]:
     from pipeline.stages.common import context, read_dataset
 
-    params = _params({}, [])
+    params = params or _params({}, [])
     assert BENCH.retrieval is not None
     ctx = context(BENCH, params, ROOT)
     return BENCH.retrieval.queries(ctx, read_dataset(BENCH, dataset), "x")
@@ -96,13 +101,13 @@ def _dot(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def _expected_embeddings(dataset: Path, window: int) -> dict[str, list[str]]:
+def _expected_embeddings(dataset: Path, window: int, params: Any = None) -> dict[str, list[str]]:
     """The ranking the test server's vectors give, computed here: each passage scores its best
     window of `window` cl100k tokens."""
     from pipeline.retrieval.windows import cut
 
     out = {}
-    for q in _queries(dataset):
+    for q in _queries(dataset, params):
         qv = text_vector(q.text)
         scores = []
         for ws in cut([p.text for p in q.passages], window, "cl100k_base"):
@@ -146,6 +151,34 @@ def test_an_embeddings_retriever_ranks_by_cosine_and_sends_nothing_twice(
     assert usage2["requests_sent"] == 0 and usage2["cache_hits"] == usage["items"]
     # the journal was cleared once the rankings were written
     assert not list((root / ".lfbench" / "journal").glob("*emb*"))
+
+
+def test_two_haystacks_whose_passages_share_ids_are_each_ranked_over_their_own(
+    root: Path, mirror: Path, tmp_path: Path
+) -> None:
+    """SummHay's passage ids are positions in each haystack ("0".."99" in news1 and in conv1):
+    a conv1 query is ranked over conv1's documents, not over news1's with the same ids."""
+    from pipeline.stages.retrieve import _embeddings
+
+    params = _params({}, [], haystacks=("news1", "conv1"), subtopics=1)
+    ds = tmp_path / "two.jsonl"
+    construct(BENCH, params, mirror / "summhay", ds, ROOT)
+    queries = _queries(ds, params)
+    assert len(queries) == 2 and queries[0].passages[0].id == queries[1].passages[0].id
+    assert queries[0].passages[0].text != queries[1].passages[0].text
+    with TestServer() as srv:
+        entry = {
+            "provider": "embeddings",
+            "base_url": srv.base_url,
+            "model": "emb-a",
+            "api_key_env": None,
+            "window_tokens": 300,
+            "batch_size": 64,
+        }
+        spec = _params({"emb": entry}, ["emb"]).retrievers["emb"]
+        rankings, _ = _embeddings(spec, queries, root, "summhay-retrieve@emb")
+    got = {q.id: [p for p, _ in r] for q, r in zip(queries, rankings, strict=True)}
+    assert got == _expected_embeddings(ds, 300, params)
 
 
 def test_faults_cost_retries_not_answers(run: Run, dataset: Path) -> None:
