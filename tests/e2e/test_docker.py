@@ -342,3 +342,48 @@ def test_a_cold_rebuild_gives_the_same_image_id(
     )
     assert img.find_image(engine, image) == image["image_id"]
     assert not [t for i in engine.images.list() for t in i.tags if t.startswith("lfbench-verify:")]
+
+
+IN_IMAGE = """
+import os, sys
+from pathlib import Path
+from pipeline.env.containers import docker_client, run_stage_in_container
+ws, root = Path.cwd(), Path(os.environ["LIMIT_TEST_ROOT"])
+names = ("LFBENCH_SCHEDULER", "LIMIT_TEST_URL")
+env = {n: os.environ[n] for n in names if n in os.environ}
+env |= {"PYTHONPATH": str(root), "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+sys.exit(run_stage_in_container(os.environ["LIMIT_TEST_IMAGE"], ["python", "ask.py", sys.argv[1]],
+                                ws, env, client=docker_client(), mounts=[root]))
+"""
+
+
+def test_stages_in_the_image_share_their_endpoint_s_limit(
+    engine: Any, image_id: str, tmp_path: Path
+) -> None:
+    """Issue 42 point 3 in the image: two stages calling one endpoint (`max_concurrency: 2`), each
+    run in a container by `lfbench repro --jobs 4`, lease the endpoint's Dask Semaphore from the
+    driver's scheduler (the image has `distributed`): the server never sees more than 2 at once
+    (4 if each kept its own 2), and neither stage says it fell back to its own limit."""
+    from tests import test_endpoint_limit as lim
+
+    ws = lim._project(tmp_path / "ws", None, None)
+    (ws / "in_image.py").write_text(IN_IMAGE)
+    spec = yaml.safe_load((ws / "dvc.yaml").read_text(encoding="utf-8"))
+    spec["stages"]["ask"]["cmd"] = "python in_image.py ${item.m} # generate --model ${item.m}"
+    spec["stages"]["ask"]["deps"].append("in_image.py")
+    (ws / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    lim._commit(ws, "in the image")
+    with lim._server(tmp_path) as server:
+        env = lim._env(server, tmp_path) | {
+            "LIMIT_TEST_IMAGE": image_id,
+            "LIMIT_TEST_ROOT": str(ROOT),
+        }
+        proc = run(["lfbench", "repro", "--jobs", "4"], ws, env)
+        assert "2 done" in proc.stderr, proc.stderr
+        assert len(server.log()) == 20
+        assert lim._overlapped(server)
+        assert server.max_in_flight() == 2
+    for name in lim.STAGES:
+        log = (ws / ".lfbench" / "logs" / f"ask@{name}.log").read_text()
+        assert "at most 2 requests in flight to 'http://127.0.0.1:" in log, log
+        assert "no Dask distributed" not in log and "did not answer" not in log, log
