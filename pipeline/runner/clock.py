@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
+import shlex
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipeline.core.errors import ConfigError
 
 # what starting a stage's process and saving its outputs costs beyond its requests (a few
 # seconds: Python's imports, DVC's hashing); measured on the sliced projects of perf/
@@ -220,6 +224,44 @@ class Clock:
         }
 
 
+ENDPOINT_PROVIDERS = ("openai",)
+
+
+def stage_cores(stage: Any, params: Mapping[str, Any], ncpu: int) -> int:
+    """The cores a stage takes: 0 for one that waits on an endpoint (its model or judge has
+    provider `openai`), else its dvc.yaml `meta.lfbench.cores` (`all` or N; default 1)."""
+    argv = shlex.split(" ".join(_cmds(stage)))
+    for flag, section in (("--model", "models"), ("--judge", "judges")):
+        if flag in argv[:-1]:
+            name = argv[argv.index(flag) + 1]
+            entry = (params.get(section) or {}).get(name) or {}
+            endpoint = isinstance(entry, Mapping) and entry.get("provider") in ENDPOINT_PROVIDERS
+            if endpoint and ("generate" in argv or flag == "--judge"):
+                return 0
+    meta = getattr(stage, "meta", None) or {}
+    want = (meta.get("lfbench") or {}).get("cores", 1) if isinstance(meta, Mapping) else 1
+    if want == "all":
+        return ncpu
+    try:
+        return max(1, min(ncpu, int(want)))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"dvc.yaml: stage {stage.addressing}: meta.lfbench.cores {want!r}: use all or a number"
+        ) from e
+
+
+def _cmds(stage: Any) -> list[str]:
+    cmd = stage.cmd
+    return list(cmd) if isinstance(cmd, list) else str(cmd).splitlines()
+
+
+def _ncpu() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
 def plan_clock(
     root: Path,
     plan: Any,
@@ -231,7 +273,6 @@ def plan_clock(
     """The clock of a `pipeline.stages.plan.Plan`: each stage that will run (DVC's changed
     ones and those downstream of them, whose inputs change) timed, the run simulated."""
     from pipeline import dvc_internals as dvc
-    from pipeline.runner.driver import _ncpu, stage_cores
 
     ncpu = ncpu or _ncpu()
     with dvc.open_repo(root) as repo:

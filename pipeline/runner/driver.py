@@ -42,7 +42,6 @@ import contextlib
 import json
 import logging
 import os
-import shlex
 import signal
 import threading
 import time
@@ -54,10 +53,10 @@ from typing import Any
 
 from pipeline import dvc_internals as dvc
 from pipeline.core import live
-from pipeline.core.errors import ConfigError, LfbenchError
+from pipeline.core.errors import LfbenchError
 from pipeline.env.containers import forget
 from pipeline.runner.alone import refuse_if_dvc_runs
-from pipeline.runner.clock import downstream_counts
+from pipeline.runner.clock import _cmds, _ncpu, downstream_counts, stage_cores
 from pipeline.runner.cluster import DRIVER_CONNECT_S, check_address
 from pipeline.runner.committed import shown, uncommitted
 from pipeline.runner.lockfile import Lockfile
@@ -77,7 +76,6 @@ from pipeline.stages.tracking import workspace_id
 
 log = logging.getLogger(__name__)
 
-ENDPOINT_PROVIDERS = ("openai",)
 # the states a stage goes through (unchanged and restored: what `StageSteps.decide` says of
 # a stage)
 WAITING, RUNNING, DONE, FAILED, SKIPPED, STOPPED = (
@@ -130,29 +128,6 @@ class ReproResult:
 # ---------------------------------------------------------------- resources
 
 
-def stage_cores(stage: Any, params: Mapping[str, Any], ncpu: int) -> int:
-    """The cores a stage takes: 0 for one that waits on an endpoint (its model or judge has
-    provider `openai`), else its dvc.yaml `meta.lfbench.cores` (`all` or N; default 1)."""
-    argv = shlex.split(" ".join(_cmds(stage)))
-    for flag, section in (("--model", "models"), ("--judge", "judges")):
-        if flag in argv[:-1]:
-            name = argv[argv.index(flag) + 1]
-            entry = (params.get(section) or {}).get(name) or {}
-            endpoint = isinstance(entry, Mapping) and entry.get("provider") in ENDPOINT_PROVIDERS
-            if endpoint and ("generate" in argv or flag == "--judge"):
-                return 0
-    meta = getattr(stage, "meta", None) or {}
-    want = (meta.get("lfbench") or {}).get("cores", 1) if isinstance(meta, Mapping) else 1
-    if want == "all":
-        return ncpu
-    try:
-        return max(1, min(ncpu, int(want)))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(
-            f"dvc.yaml: stage {stage.addressing}: meta.lfbench.cores {want!r}: use all or a number"
-        ) from e
-
-
 def local_cluster_options(jobs: int) -> dict[str, Any]:
     """The driver's own Dask cluster (one machine): one in-process worker of `jobs` threads,
     everything on 127.0.0.1. Over TCP, not in-process comms, so that the stages (subprocesses)
@@ -172,11 +147,6 @@ def local_cluster_options(jobs: int) -> dict[str, Any]:
         "resources": {"cores": _ncpu()},
         "silence_logs": logging.ERROR,
     }
-
-
-def _cmds(stage: Any) -> list[str]:
-    cmd = stage.cmd
-    return list(cmd) if isinstance(cmd, list) else str(cmd).splitlines()
 
 
 # ---------------------------------------------------------------- the run
@@ -651,13 +621,6 @@ def identity_commit(root: Path) -> str:
     from pipeline.core.lineage import git_info
 
     return git_info(root).commit
-
-
-def _ncpu() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 def _raw_params(root: Path) -> dict[str, Any]:

@@ -48,6 +48,11 @@ def test_long_documents_are_windowed() -> None:
     assert all(w[0] == model.cls_id and w[-1] == model.sep_id for w in windows)
     assert model.windows(ids, all_windows=False) == windows[:1]
     assert model.windows([], all_windows=True) == [[model.cls_id, model.sep_id]]
+    # given each piece's word, a window never ends inside one: pieces 252-255 are one word
+    words = [*range(252), 252, 252, 252, 252, *range(253, 597)]
+    aligned = model.windows(ids, all_windows=True, words=words)
+    assert [len(w) for w in aligned] == [254, 256, 96]
+    assert [i for w in aligned for i in w[1:-1]] == ids
 
 
 def test_missing_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import ConfigError
+from pipeline.retrieval.boundaries import window_starts
 from pipeline.retrieval.windows import cut, token_spans, windows
 
 TEXT = (
@@ -31,15 +32,29 @@ def test_minilm_windows_are_the_word_pieces_the_dense_retriever_embeds() -> None
     from pipeline.retrieval.dense import get_model
 
     model = get_model()
-    text = " ".join([TEXT] * 12)
+    # words of several pieces (photovoltaics: photo ##vo ##lta ##ics) among words of one
+    text = " ".join([TEXT, "Photovoltaics and hyperparameterization, unsubstantiated."] * 12)
     ws = cut([text], 20, "minilm")[0]
-    ids = model.word_pieces([text])[0]
-    assert len(ws) == -(-len(ids) // 20)
-    # the windows, tokenised again, are the dense retriever's windows (but for a word cut in
-    # two at a boundary, whose second half is read as a word of its own)
-    again = [i for w in ws for i in model.word_pieces([w])[0]]
-    same = sum(a == b for a, b in zip(again, ids, strict=False))
-    assert same >= 0.95 * len(ids)
+    (ids, words), *_ = model.words([text])
+    starts = window_starts(len(ids), 20, words)
+    # as the dense retriever cuts (its windows are 254 pieces: the same rule)
+    dense_windows = [ids[a:b] for a, b in zip(starts, [*starts[1:], len(ids)], strict=True)]
+    # the windows, tokenised again, are exactly those pieces: no word is cut at a boundary (a
+    # cut word's second half would be read as a word of its own)
+    assert model.word_pieces(ws) == dense_windows
+    assert all(len(w) <= 20 for w in dense_windows) and len(ws) >= -(-len(ids) // 20)
+    # some boundary moved back to a word's start
+    assert any(len(w) < 20 for w in dense_windows[:-1])
+
+
+def test_window_starts_never_fall_inside_a_word() -> None:
+    assert window_starts(0, 4) == [0] and window_starts(4, 4) == [0]
+    assert window_starts(10, 4) == [0, 4, 8]  # no words given: every `size` tokens
+    # words: aa b ccc dd e  -> tokens 0,0,1,2,2,2,3,3,4
+    words = [0, 0, 1, 2, 2, 2, 3, 3, 4]
+    assert window_starts(9, 4, words) == [0, 3, 6]  # not at 4 (inside ccc) nor 7 (inside dd)
+    assert window_starts(9, 2, [0, 0, 0, 0, 0, 1, 1, 2, 2]) == [0, 2, 4, 5, 7]  # a long word cut
+    assert window_starts(3, 2, [None, 0, 0]) == [0, 1]  # a special token is a word of its own
 
 
 def test_no_window_size_keeps_the_text_whole_and_an_empty_text_is_one_window() -> None:
