@@ -49,6 +49,7 @@ from pipeline.core.io import canonical_json, sha256_text
 from pipeline.core.types import UsageReport
 from pipeline.llm.cache import CachedAnswer, ResponseCache, backend_for
 from pipeline.llm.client import normalise_base_url, resolve_api_key
+from pipeline.llm.embeddings import _vectors
 from pipeline.llm.journal import JournalEntry, JournalWriter, load_journal
 from pipeline.llm.ratelimit import RateLimiter
 from pipeline.llm.shared_limit import EndpointSlots, SharedRateLimiter, open_slots
@@ -348,31 +349,6 @@ def _run(coro: Awaitable[Any]) -> Any:
 
 
 # ---------------------------------------------------------------- embeddings
-
-
-def _vectors(resp: Any, n: int) -> list[list[float]]:
-    """The answer's vectors in input order; ValueError when it is not n finite vectors of one
-    dimension."""
-    data = getattr(resp, "data", None)
-    if not isinstance(data, list) or len(data) != n:
-        got = len(data) if isinstance(data, list) else "no list"
-        raise ValueError(f"expected {n} embeddings, got {got}")
-    order = sorted(range(n), key=lambda i: getattr(data[i], "index", i))
-    out: list[list[float]] = []
-    for i in order:
-        vec = getattr(data[i], "embedding", None)
-        if not isinstance(vec, list) or not vec:
-            raise ValueError("an embedding is not a list of numbers")
-        try:
-            floats = [float(x) for x in vec]
-        except (TypeError, ValueError):
-            raise ValueError("an embedding is not a list of numbers") from None
-        if not all(math.isfinite(x) for x in floats):
-            raise ValueError("an embedding holds a non-finite number")
-        out.append(floats)
-    if len({len(v) for v in out}) != 1:
-        raise ValueError("embeddings of different dimensions")
-    return out
 
 
 def embed(
