@@ -31,6 +31,17 @@ def test_every_stage_of_dvc_yaml_depends_on_the_code_it_runs() -> None:
     assert {c.stage: c.uncovered for c in checked if c.uncovered} == {}
 
 
+def test_the_image_recipe_stage_depends_on_every_file_the_recipe_hashes(tmp_path: Path) -> None:
+    """A lock the recipe hashes but the stage does not depend on: changing it left
+    build/image.json (and every stage's record of it) stale."""
+    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    doc["stages"]["image"]["deps"].remove("requirements-image.lock")
+    broken = tmp_path / "dvc.yaml"
+    broken.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    found = {c.stage: c.uncovered for c in deps.check(ROOT, broken) if c.uncovered}
+    assert found == {"image": ["requirements-image.lock"]}
+
+
 def test_a_missing_folder_is_found(tmp_path: Path) -> None:
     """Remove the stage layer from one stage's deps: the check names that stage and the files."""
     doc = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))

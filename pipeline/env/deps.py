@@ -131,12 +131,19 @@ def covered(rel: str, deps: Iterable[str]) -> bool:
 
 
 def stage_code(root: Path, stage: str, spec: dict[str, Any]) -> StageCode | None:
-    entry = entry_modules(str(spec.get("cmd", "")))
-    if entry is None:
-        return None
-    starts, shallow = entry
-    files = closure(root, starts, shallow)
     deps = dvcfile.paths(spec.get("deps"))
+    if shlex.split(str(spec.get("cmd", "")))[:3] == ["lfbench", "image", "recipe"]:
+        # the recipe is the hash of these files: each must be a dep, or a lock change would
+        # leave the recipe (and every stage's record of it) stale
+        from pipeline.env.image import RECIPE_FILES
+
+        files = {root / f for f in (*RECIPE_FILES, "pipeline/env/image.py")}
+    else:
+        entry = entry_modules(str(spec.get("cmd", "")))
+        if entry is None:
+            return None
+        starts, shallow = entry
+        files = closure(root, starts, shallow)
     rels = sorted(str(f.relative_to(root)) for f in files)
     return StageCode(stage, files, deps, [r for r in rels if not covered(r, deps)])
 
