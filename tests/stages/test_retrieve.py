@@ -119,6 +119,17 @@ def _expected_embeddings(dataset: Path, window: int, params: Any = None) -> dict
     return out
 
 
+def _emb_entry(base_url: str, model: str, **options: Any) -> dict[str, Any]:
+    """An `embeddings` retriever entry on a test server (no key)."""
+    return {
+        "provider": "embeddings",
+        "base_url": base_url,
+        "model": model,
+        "api_key_env": None,
+        **options,
+    }
+
+
 def _served(srv: TestServer) -> list[dict[str, Any]]:
     return [r for r in srv.log() if r.get("served")]
 
@@ -127,14 +138,7 @@ def test_an_embeddings_retriever_ranks_by_cosine_and_sends_nothing_twice(
     run: Run, dataset: Path, root: Path
 ) -> None:
     with TestServer() as srv:
-        entry = {
-            "provider": "embeddings",
-            "base_url": srv.base_url,
-            "model": "emb-a",
-            "api_key_env": None,
-            "window_tokens": 300,
-            "batch_size": 16,
-        }
+        entry = _emb_entry(srv.base_url, "emb-a", window_tokens=300, batch_size=16)
         rankings, usage = run("emb", entry)
         sent = len(srv.log())
     expected = _expected_embeddings(dataset, 300)
@@ -167,14 +171,7 @@ def test_two_haystacks_whose_passages_share_ids_are_each_ranked_over_their_own(
     assert len(queries) == 2 and queries[0].passages[0].id == queries[1].passages[0].id
     assert queries[0].passages[0].text != queries[1].passages[0].text
     with TestServer() as srv:
-        entry = {
-            "provider": "embeddings",
-            "base_url": srv.base_url,
-            "model": "emb-a",
-            "api_key_env": None,
-            "window_tokens": 300,
-            "batch_size": 64,
-        }
+        entry = _emb_entry(srv.base_url, "emb-a", window_tokens=300, batch_size=64)
         spec = _params({"emb": entry}, ["emb"]).retrievers["emb"]
         rankings, _ = _embeddings(spec, queries, root, "summhay-retrieve@emb")
     got = {q.id: [p for p, _ in r] for q, r in zip(queries, rankings, strict=True)}
@@ -185,15 +182,9 @@ def test_faults_cost_retries_not_answers(run: Run, dataset: Path) -> None:
     """429s, 500s and malformed answers on 40% of requests: the same ranking, every text
     embedded in exactly one served request."""
     with TestServer(fault_rate=0.4, faults=("429", "500", "malformed"), retry_after=0.05) as srv:
-        entry = {
-            "provider": "embeddings",
-            "base_url": srv.base_url,
-            "model": "emb-faults",
-            "api_key_env": None,
-            "window_tokens": 300,
-            "batch_size": 8,
-            "max_retries": 8,
-        }
+        entry = _emb_entry(
+            srv.base_url, "emb-faults", window_tokens=300, batch_size=8, max_retries=8
+        )
         rankings, usage = run("embf", entry)
         log = srv.log()
     assert any(r["fault"] for r in log)
@@ -206,13 +197,7 @@ def test_an_unusable_embedding_answer_is_an_error_naming_the_endpoint(
     run: Run, root: Path, dataset: Path
 ) -> None:
     with TestServer() as srv:
-        entry = {
-            "provider": "embeddings",
-            "base_url": srv.base_url,
-            "model": "emb-bad",
-            "api_key_env": None,
-            "query_prefix": "garbage-embedding ",
-        }
+        entry = _emb_entry(srv.base_url, "emb-bad", query_prefix="garbage-embedding ")
         with pytest.raises(
             RetrievalEndpointError, match=r"emb-bad at http://127\.0\.0\.1.*3 tries"
         ):
@@ -439,15 +424,9 @@ def test_ctrl_c_mid_embedding_keeps_what_was_answered_and_sends_it_never_again(
     stage exits 130 having written nothing; the re-run sends only the batches never answered
     (no body is served twice) and ranks as an uninterrupted run does."""
     with TestServer(latency_ms=400) as srv:
-        entry = {
-            "provider": "embeddings",
-            "base_url": srv.base_url,
-            "model": "emb-int",
-            "api_key_env": None,
-            "window_tokens": 300,
-            "batch_size": 8,
-            "max_concurrency": 2,
-        }
+        entry = _emb_entry(
+            srv.base_url, "emb-int", window_tokens=300, batch_size=8, max_concurrency=2
+        )
         script = (
             "import json, sys\n"
             "from pathlib import Path\n"
