@@ -181,8 +181,47 @@ def project(tmp_path: Path, mirror: Path) -> Path:
     return make_project(tmp_path / "proj", mirror)
 
 
-def make_project(dest: Path, mirror: Path) -> Path:
-    """The `project` fixture's work, for fixtures of a wider scope."""
+@pytest.fixture
+def shared_project(tmp_path: Path, mirror: Path) -> Path:
+    """`project`, its DVC cache the session's shared one (`share_dvc_cache`): a stage another
+    test already ran with the same command, dependencies and params is restored, not re-run."""
+    return make_project(tmp_path / "proj", mirror, shared_cache=True)
+
+
+# ---------------------------------------------------------------- one DVC cache for the session
+
+_SHARED_CACHE: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_dvc_cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
+    """Where `share_dvc_cache` points: one folder for every pytest-xdist worker of this run
+    (the workers' base temp folders share a parent), removed with pytest's old temp folders."""
+    base = tmp_path_factory.getbasetemp()
+    _SHARED_CACHE["dir"] = (base.parent if worker_id != "master" else base) / "shared-dvc-cache"
+
+
+def share_dvc_cache(proj: Path) -> None:
+    """Point `proj`'s DVC cache (objects and run cache) at the session's shared folder.
+
+    The deterministic stages that every sliced DAG holds (the image recipe, the local judge's
+    training, the no-model baselines and their judges, the constructions) then run once per
+    session, in the first test that needs them; another test with the same command,
+    dependencies and params gets DVC's run-cache restore, byte for byte the same outputs. A
+    stage that talks to a test server never matches another test's (its params hold the
+    server's own port). Only for tests that do not assert which stages ran, nor remove or
+    corrupt the cache: a test that must see every stage run passes `--no-run-cache` (DVC
+    still saves what it ran, so the others can restore it).
+    """
+    cache = _SHARED_CACHE.get("dir")
+    assert cache is not None, "share_dvc_cache needs the session fixture _shared_dvc_cache_dir"
+    cache.mkdir(parents=True, exist_ok=True)
+    run(["dvc", "cache", "dir", "--local", str(cache)], proj)
+
+
+def make_project(dest: Path, mirror: Path, shared_cache: bool = False) -> Path:
+    """The `project` fixture's work, for fixtures of a wider scope (`shared_cache`: its DVC
+    cache is the session's shared one, see `share_dvc_cache`)."""
     for rel in tracked_files():
         src = ROOT / rel
         if not src.exists() or rel in ("dvc.lock", "metrics/summhay.json"):
@@ -193,6 +232,8 @@ def make_project(dest: Path, mirror: Path) -> Path:
     run(["git", "init", "-q"], dest)
     run(["git", "add", "-A"], dest)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], dest)
+    if shared_cache:
+        share_dvc_cache(dest)
     run(["lfbench", "data", "fetch", "--mirror", str(mirror)], dest)
     return dest
 

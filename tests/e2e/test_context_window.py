@@ -22,6 +22,14 @@ from tests.conftest import ROOT, run
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture
+def project(shared_project: Path) -> Path:
+    """This module's projects share the session's DVC cache (`conftest.share_dvc_cache`): the
+    stages every sliced DAG holds run once, not in each test."""
+    return shared_project
+
+
 N_CTX = 8192
 
 

@@ -35,6 +35,14 @@ from tests.conftest import (
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture
+def project(shared_project: Path) -> Path:
+    """This module's projects share the session's DVC cache (`conftest.share_dvc_cache`): the
+    stages every sliced DAG holds run once, not in each test."""
+    return shared_project
+
+
 # A recognisable key made at run time (so no file holds it, this one included).
 FAKE_KEY = "sk-lfbench-FAKE-" + uuid.uuid4().hex
 KEY_ENV = "LFBENCH_TEST_API_KEY"

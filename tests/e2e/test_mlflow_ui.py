@@ -25,7 +25,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT, run, slice_crud_rag, slice_crux, tracked_files
+from tests.conftest import (
+    BIN,
+    ROOT,
+    run,
+    share_dvc_cache,
+    slice_crud_rag,
+    slice_crux,
+    tracked_files,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +91,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     run(["git", "init", "-q"], project)
     run(["git", "add", "-A"], project)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], project)
+    share_dvc_cache(project)  # the stages other tests' slices share are restored, not re-run
     run(["lfbench", "data", "fetch", "--mirror", str(mirror)], project)
     start = time.monotonic()
     run(["dvc", "repro"], project)

@@ -23,6 +23,13 @@ from tests.e2e.template_responder import verdict
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture
+def project(shared_project: Path) -> Path:
+    """This module's projects share the session's DVC cache (`conftest.share_dvc_cache`): the
+    stages every sliced DAG holds run once, not in each test."""
+    return shared_project
+
+
 def _status(proj: Path) -> list[str]:
     out = run(["git", "status", "--porcelain", "--untracked-files=normal"], proj).stdout
     return sorted(line for line in out.splitlines() if line.strip())

@@ -91,7 +91,7 @@ def _same(a: dict[str, Any]) -> str:
 def test_your_retrievers_and_rag_system_through_every_benchmark(
     tmp_path: Path, mirror: Path
 ) -> None:
-    proj = make_project(tmp_path / "proj", mirror)
+    proj = make_project(tmp_path / "proj", mirror, shared_cache=True)
     with TestServer() as srv:
         p = _configure(proj, srv.base_url)
         _write(proj, p)

@@ -52,7 +52,7 @@ def test_real_embeddings_through_summhay_and_crux(tmp_path: Path, mirror: Path) 
 
     gguf = convert(tmp_path / "minilm.gguf")
     log = tmp_path / "server.log"
-    proj = make_project(tmp_path / "proj", mirror)
+    proj = make_project(tmp_path / "proj", mirror, shared_cache=True)
     with serve(gguf, log) as base:
         # the same model: the server's vectors are the numpy encoder's
         texts = ["Solar panels got cheaper.", "Investors fear rising rates; déjà vu in Zürich."]

@@ -34,6 +34,14 @@ from tests.e2e.resume import jsonl
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture
+def project(shared_project: Path) -> Path:
+    """This module's projects share the session's DVC cache (`conftest.share_dvc_cache`): the
+    stages every sliced DAG holds run once, not in each test."""
+    return shared_project
+
+
 MODEL = "smollm2"
 GEN, JUDGE = "smol", "smol-judge"
 FREE = "smol-free"  # the same model judging with no structured output: its JSON goes astray
