@@ -694,3 +694,37 @@ def test_lfbench_repro_refuses_while_a_dvc_repro_runs_in_the_project(tmp_path: P
     assert dvc.returncode == 0, out
     assert "hold" in yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
     assert "Data and pipelines are up to date" in run(["dvc", "status"], proj).stdout
+
+
+def test_a_finished_stage_is_not_kept_in_dask_while_the_next_one_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43's CI: a finished stage's Dask future was still held (the driver loop's variable
+    kept the last one until another stage finished). Dask recomputes a held task when its
+    worker dies: a `--cluster` worker then re-ran a finished stage, restoring its outputs under
+    the retried stage that was reading them ("file not found"). While `f` runs, `a` (finished
+    before it) must not be held by the driver's client."""
+    from pipeline.runner import driver
+
+    pipeline = {"stages": {"a": diamond()["stages"]["a"]}}
+    pipeline["stages"]["f"] = {
+        "cmd": "python step.py f out/f.json out/a.json",
+        "deps": ["step.py", "out/a.json"],
+        "outs": ["out/f.json"],
+    }
+    proj = toy(tmp_path / "p", pipeline, {"sleep": {"a": 0.2, "f": 4.0}})
+    held: list[set[str]] = []
+    real = driver.Repro._show
+
+    def show(self: Any, final: bool = False) -> None:
+        running = {n for n, st in self.states.items() if st.state == driver.RUNNING}
+        if running == {"f"} and self._events is not None:
+            held.append({k.rsplit("-", 1)[-1] for k in self._events[0].client.refcount})
+        real(self, final=final)
+
+    monkeypatch.setattr(driver.Repro, "_show", show)
+    monkeypatch.chdir(proj)
+    result = driver.Repro(proj, ["f"], jobs=2).run()
+    assert result.ok
+    assert len(held) >= 3, held  # f ran for 4 s: the loop looked every half second
+    assert all("a" not in keys for keys in held[2:]), held

@@ -314,6 +314,11 @@ class Repro:
             for fut in done:
                 name = futures.pop(fut)
                 self._finished(steps, lock, by_name[name], fut)
+                # read: Dask may forget it. A future still held (this loop's variable kept the
+                # last one until another stage finished) is one Dask recomputes when its worker
+                # dies, and a cluster worker re-running a finished stage restores its outputs
+                # under the stage that is reading them there (issue 43's CI: "file not found")
+                fut.release()
             if not done and lock.to_pull:
                 # --cluster, nothing finished for a while: pull what the workers made so far
                 # now rather than all at the end
