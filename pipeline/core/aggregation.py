@@ -74,35 +74,46 @@ def order(bench: AnyBenchmark, row: ResultRow) -> tuple[Any, ...]:
 
 
 def aggregate(
-    bench: AnyBenchmark, ctx: Context[Any], dataset: Sequence[Any], runs: Sequence[Run]
+    bench: AnyBenchmark,
+    ctx: Context[Any],
+    dataset: Sequence[Any],
+    runs: Sequence[Run],
+    *,
+    tables: bool = True,
 ) -> Aggregated:
     """Judgements -> rows, the metrics file, its summary, the report and the MLflow runs; with
-    the paper's own tables and figures when the benchmark has them."""
+    the paper's own tables and figures when the benchmark has them. `tables=False` (a model's
+    results stage): the rows and their runs only (no report, figures or runs across rows)."""
     paper = bench.paper
     scored = paper.runs(ctx, dataset, runs) if paper is not None else runs
     rows, scores = score(bench, ctx, dataset, scored)
-    tables = Tables()
+    made = Tables()
+    change = None
     if paper is not None:
         rows, scores = paper.rows(ctx, dataset, runs, rows, scores)
-        tables = paper.tables(ctx, dataset, runs, rows, scores)
+        change = paper.run_change(ctx, dataset, runs, rows)
+        if tables:
+            made = paper.tables(ctx, dataset, runs, rows, scores)
     flat = [r.flat() for r in rows]
-    title = bench.title or bench.name
-    report = tables.report_text
-    if report is None:
-        table = results_table(bench.metrics, flat) if tables.table else []
-        report = "\n".join([f"# {title}", "", *table, *tables.report]).rstrip() + "\n"
+    report = ""
+    if tables:
+        title = bench.title or bench.name
+        report = made.report_text or ""
+        if made.report_text is None:
+            table = results_table(bench.metrics, flat) if made.table else []
+            report = "\n".join([f"# {title}", "", *table, *made.report]).rstrip() + "\n"
     out = []
     for row, cells in zip(rows, flat, strict=True):
         run = run_row(bench, ctx, row, scores.get(row.key, ()))
-        if tables.run is not None:
-            run = tables.run(run, cells)
+        if change is not None:
+            run = change(run, cells)
         out.append(run)
     return Aggregated(
-        metrics={"rows": flat, **tables.sections},
-        summary={**summary(bench, rows), **tables.summary},
+        metrics={"rows": flat, **made.sections},
+        summary={**summary(bench, rows), **made.summary} if tables else {},
         report=report,
-        runs=out + list(tables.runs),
-        figures=tables.figures,
+        runs=out + list(made.runs),
+        figures=made.figures,
     )
 
 

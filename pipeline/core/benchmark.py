@@ -48,6 +48,7 @@ from pipeline.core.config import (
     OwnedModel,
     Params,
 )
+from pipeline.core.drawing import Plot
 from pipeline.core.errors import ConfigError
 from pipeline.core.prompts import Prompt, combined_sha
 from pipeline.core.records import Generation, Judgement, Verdict
@@ -597,7 +598,8 @@ class RunRow:
     """One MLflow run: what the benchmark knows of it. The stage layer adds the lineage (the
     model and judge entries, providers and prompt hashes, dataset digest, DVC stage digests, git,
     runtime), the usage counters of the pair's stages and the judge's kappa against people.
-    `plots` are PNG files (their digest is the run's `lfbench.plots_sha`)."""
+    `plots` are PNG files, as bytes or as a `Plot` drawn only when the run is logged (their
+    digest is the run's `lfbench.plots_sha`; a `Plot`'s is its key, known without drawing)."""
 
     key: str
     name: str
@@ -607,7 +609,7 @@ class RunRow:
     artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes] = field(
         default_factory=dict
     )
-    plots: Mapping[str, bytes] = field(default_factory=dict)
+    plots: Mapping[str, bytes | Plot] = field(default_factory=dict)
     model: str | None = None  # result rows: the model and judge entries whose stages made it
     judge: str | None = None
 
@@ -638,15 +640,14 @@ class Tables:
     """What a paper's own tables and figures add to the results: sections of the metrics file
     beside `rows`, report lines after the results table (`table=False`: the paper's layouts
     show every row instead; `report_text`: the whole report, in the paper's order), figures
-    beside the report, a change to each row's run (`run(run, row)`: its plots, a statistic of
-    the paper's), runs of its own, and summary entries."""
+    beside the report, runs of its own, and summary entries. Made by the aggregate stage only
+    (a model's results stage makes its rows and their runs, `Paper.run_change`, not these)."""
 
     sections: Mapping[str, Any] = field(default_factory=dict)
     report: Sequence[str] = ()
     table: bool = True
     report_text: str | None = None
     figures: Mapping[str, bytes] = field(default_factory=dict)
-    run: Callable[[RunRow, Mapping[str, Any]], RunRow] | None = None
     runs: Sequence[RunRow] = ()
     summary: Mapping[str, Any] = field(default_factory=dict)
 
@@ -670,6 +671,19 @@ class Paper(Generic[P, D]):
     ) -> tuple[list[ResultRow], dict[RowKey, list[ItemScore]]]:
         """The rows with the paper's own (e.g. SummHay's rows pooling both domains), ordered."""
         return rows, scores
+
+    def run_change(
+        self,
+        ctx: Context[P],
+        dataset: Sequence[D],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+    ) -> Callable[[RunRow, Mapping[str, Any]], RunRow] | None:
+        """A change to each row's run, `change(run, row)` (row: the metrics file's): its plots
+        (a `Plot`, drawn only when the run is logged), a statistic of the paper's. Applied by the
+        aggregate and by each model's results stage, so keep it cheap: `tables` is for what
+        only the aggregate makes."""
+        return None
 
     def tables(
         self,

@@ -28,6 +28,7 @@ from typing import Any
 from pipeline.core import aggregation
 from pipeline.core.benchmark import AnyBenchmark, Context, Run, RunRow
 from pipeline.core.config import Params, PublishedModel
+from pipeline.core.drawing import Plot, digest
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import (
     atomic_write_bytes,
@@ -96,10 +97,11 @@ def sampling(params: Params, model: str | None, judge: str | None) -> dict[str, 
     return out
 
 
-def plots_sha(plots: Mapping[str, bytes]) -> str:
+def plots_sha(plots: Mapping[str, bytes | Plot]) -> str:
+    """The digest of a run's plots, without drawing them (a `Plot`'s key digests its inputs)."""
     h = hashlib.sha256()
     for name in sorted(plots):
-        h.update(name.encode() + b"\0" + hashlib.sha256(plots[name]).digest())
+        h.update(name.encode() + b"\0" + bytes.fromhex(digest(plots[name])))
     return h.hexdigest()[:16]
 
 
@@ -146,7 +148,8 @@ def run_spec(
         metrics={**row.metrics, **(metrics or {})},
         params={**row.params, **sampling(params, row.model, row.judge)},
         tags=tags,
-        artifacts={**row.artifacts, **row.plots},
+        artifacts=row.artifacts,
+        plots=row.plots,
         dataset=dataset,
         counters=dict(counters or {}),
     )
@@ -316,8 +319,9 @@ def model_results(
 
     Its rows are scored as the aggregate scores them, from this model's generations and
     judgements alone: the same rows, the same runs (the aggregate's sync then finds them
-    unchanged and skips them), except what a benchmark draws across models (CRUX's tau runs,
-    a figure of every model's rows), which only the aggregate makes. Its runs are logged as the
+    unchanged and skips them, and draws none of their plots), except what a benchmark draws
+    across models (CRUX's tau runs, a figure of every model's rows), which only the aggregate
+    makes: no paper tables, report or figures here (`aggregation.aggregate(tables=False)`). Its runs are logged as the
     aggregate's (producer `<benchmark>-aggregate`), retiring nothing: a row no model produces
     any more is retired by the aggregate, which sees them all."""
     if track:
@@ -330,7 +334,7 @@ def model_results(
         raise ConfigError(f"{bench.name}.models does not list {model}")
     dataset = read_dataset(bench, dataset_path)
     runs = read_runs(params, [model], section.judges, generations_dir, judgements_dir)
-    result = aggregation.aggregate(bench, ctx, dataset, runs)
+    result = aggregation.aggregate(bench, ctx, dataset, runs, tables=False)
     flat = result.metrics.get("rows", [])
     rows = [r for r in flat if r.get("model") == model]
     # the rows' own runs: `aggregation.aggregate` lists them first, in the rows' order, then

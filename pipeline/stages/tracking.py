@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.drawing import Plot, draw_all, drawn
 from pipeline.core.io import canonical_json
 from pipeline.llm.cache import redact
 from pipeline.stages.mlflow_store import tracking_uri as tracking_uri
@@ -315,6 +316,9 @@ class RunSpec:
     # may hold a folder ("plots/joint.png").
     artifacts: Mapping[str, list[dict[str, Any]] | dict[str, Any] | bytes]
     files: Sequence[Path] = ()  # files logged as they are (plots, reports)
+    # PNG files, as bytes or drawn when the run is logged (created, or its plots re-logged):
+    # their digest is the spec's `lfbench.plots_sha` tag
+    plots: Mapping[str, bytes | Plot] = field(default_factory=dict)
     dataset: DatasetRef | None = None
     # metrics that say how the row was made this time (its stages' usage: requests sent, cache
     # hits, wall time), not what it is: logged, kept out of the fingerprint, re-logged in place
@@ -386,6 +390,9 @@ def _sync(
 
     def one(spec: RunSpec) -> SyncReport:
         return _sync_one(client, exp_id, spec, by_row, retired, producer, workspace)
+
+    # the plots of the runs to be logged, drawn at once on every core (the others are not drawn)
+    draw_all(p for s in specs if _logs_plots(s, by_row, retired) for p in s.plots.values())
 
     if threads <= 1 or len(specs) < 2:
         parts = [one(spec) for spec in specs]
@@ -468,6 +475,7 @@ def _sync_one(
         if refresh:
             # Same result, new plots (another row of the plot changed): overwrite them.
             binary = {n: b for n, b in spec.artifacts.items() if isinstance(b, bytes)}
+            binary |= drawn(spec.plots)
             _log_artifacts(client, old.info.run_id, binary)
             client.log_batch(old.info.run_id, tags=[RunTag(k, v) for k, v in refresh.items()])
             report.refreshed += 1
@@ -511,7 +519,7 @@ def _sync_one(
     _log_artifacts(
         client,
         run_id,
-        {**spec.artifacts, **{f.name: f.read_bytes() for f in spec.files}},
+        {**spec.artifacts, **drawn(spec.plots), **{f.name: f.read_bytes() for f in spec.files}},
     )
     client.set_terminated(run_id, "FINISHED")
     client.set_tag(run_id, CURRENT, "true")
@@ -614,6 +622,22 @@ def _retired_runs(client: Any, exp_id: str, producer: str) -> list[Any]:
         token = page.token
         if not token:
             return runs
+
+
+def _logs_plots(
+    spec: RunSpec, by_row: Mapping[str, list[Any]], retired: Mapping[str, list[Any]]
+) -> bool:
+    """Whether the sync logs this spec's plots: a new run, or a kept one whose plots differ (what
+    `_sync_one` decides, without touching the store)."""
+    if not spec.plots:
+        return False
+    fp = fingerprint(spec.metrics, spec.tags)
+    old, same = _match(by_row.get(spec.row_key, []), fp, spec)
+    if old is None:
+        old, same = _revivable(retired.get(spec.row_key, []), fp, spec)
+    if old is None or not same:
+        return True
+    return any(old.data.tags.get(k) != spec.tags[k] for k in _REFRESHED if k in spec.tags)
 
 
 def _revivable(runs: Sequence[Any], fp: str, spec: RunSpec) -> tuple[Any | None, bool]:

@@ -59,6 +59,83 @@ def test_plots_are_relogged_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert (changed.created, changed.superseded) == (1, 1)
 
 
+def _counted_png(log: str, label: str) -> bytes:
+    """A 'plot' that records each drawing in a file (a forked child's draw counts too)."""
+    with Path(log).open("a", encoding="utf-8") as fh:
+        fh.write(label + "\n")
+    return f"png of {label}".encode()
+
+
+def test_a_plot_is_drawn_only_when_its_run_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lfbench.plots_sha` of a lazy `Plot` is its key (function, code, inputs), known without
+    drawing: an unchanged run draws nothing; a new run, or new inputs, draw once each."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.core import drawing
+    from pipeline.core.benchmark import RunRow
+    from pipeline.core.config import Params
+    from pipeline.stages.aggregate import run_spec
+
+    log = tmp_path / "drawn.log"
+    monkeypatch.setattr(drawing, "_DRAWN", {})  # what this process drew: none yet
+    params = Params.model_validate(yaml_params())
+
+    def specs(label: str, joint: float = 1.0) -> list[RunSpec]:
+        out = []
+        for i in range(3):
+            plot = drawing.Plot(_counted_png, (str(log), f"{label}-{i}"))
+            row = RunRow(key=f"r{i}", name=f"r{i}", metrics={"joint": joint + i}, params={},
+                         tags={}, plots={"plots/a.png": plot})  # fmt: skip
+            out.append(run_spec(_Bench(), params, row, lineage={}))
+        return out
+
+    def drawings() -> list[str]:
+        return sorted(log.read_text().split()) if log.exists() else []
+
+    first = sync("t", specs("one"), tmp_path, producer="p")
+    assert first.created == 3 and drawings() == ["one-0", "one-1", "one-2"]
+    monkeypatch.setattr(drawing, "_DRAWN", {})  # a later stage: a new process
+    again = sync("t", specs("one"), tmp_path, producer="p")
+    assert (again.created, again.skipped, again.refreshed) == (0, 3, 0)
+    assert drawings() == ["one-0", "one-1", "one-2"]  # nothing drawn to compare
+
+    redrawn = sync("t", specs("two"), tmp_path, producer="p")  # same rows, other plot inputs
+    assert (redrawn.created, redrawn.refreshed) == (0, 3)
+    assert drawings().count("two-0") == 1 and len(drawings()) == 6
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("t")
+    (run,) = client.search_runs([exp.experiment_id], "tags.`lfbench.row_key` = 'r1'")
+    path = client.download_artifacts(run.info.run_id, "plots/a.png", str(tmp_path))
+    assert Path(path).read_bytes() == b"png of two-1"
+
+
+class _Bench:
+    name = "toy"
+    version = "1"
+
+
+def yaml_params() -> dict[str, Any]:
+    import yaml
+
+    return dict(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")))
+
+
+def test_a_plots_key_follows_its_inputs_not_its_drawing() -> None:
+    from pipeline.core.drawing import Plot
+
+    a = Plot(_counted_png, ("/nonexistent/log", "x"))
+    assert a.key == Plot(_counted_png, ("/nonexistent/log", "x")).key
+    assert a.key != Plot(_counted_png, ("/nonexistent/log", "y")).key
+    assert a.key != Plot(_pngs_twin, ("/nonexistent/log", "x")).key  # another function
+
+
+def _pngs_twin(log: str, label: str) -> bytes:
+    return _counted_png(log, label)
+
+
 # ---------------------------------------------------------------- concurrent syncs
 
 _SYNC = textwrap.dedent(

@@ -24,7 +24,14 @@ from typing import Any
 from pipeline.benchmarks.crud_rag import aggregate as A
 from pipeline.benchmarks.crud_rag import generation, metrics, questeval
 from pipeline.benchmarks.crud_rag.params import RELEASED, CrudParams, Knobs, TextJudge
-from pipeline.benchmarks.crud_rag.report import figure, knob_blocks, knob_cols, render
+from pipeline.benchmarks.crud_rag.report import (
+    PLOT,
+    figure,
+    figure_plot,
+    knob_blocks,
+    knob_cols,
+    render,
+)
 from pipeline.benchmarks.crud_rag.schema import (
     Item,
     QuestSet,
@@ -163,12 +170,19 @@ class KnobStudy(Paper[CrudParams, Item]):
         cx = ctx.section
         source = "released:event_summary" if cx.source == RELEASED else cx.source
         report, figures = render(cx, dataset, [r.flat() for r in rows], source)
+        return Tables(sections={"source": source}, report=report, figures=figures)
 
-        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
-            # the knob-study plot on the base setting's runs
-            return replace(run, plots=figures) if row["knob"] == "base" else run
+    def run_change(
+        self, ctx: Ctx, dataset: Sequence[Item], runs: Sequence[Run], rows: Sequence[ResultRow]
+    ) -> Callable[[RunRow, Mapping[str, Any]], RunRow]:
+        """The knob-study plot on the base setting's runs (drawn when one is logged)."""
+        plot = figure_plot([r.flat() for r in rows])
+        plots = {PLOT: plot} if plot is not None else {}
 
-        return Tables(sections={"source": source}, report=report, figures=figures, run=run)
+        def change(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            return replace(run, plots=plots) if row["knob"] == "base" and plots else run
+
+        return change
 
     def report_section(
         self, metrics_file: Mapping[str, Any], where: str, table: Callable[[], ReportSection]

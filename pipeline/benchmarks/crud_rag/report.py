@@ -9,6 +9,7 @@ from typing import Any
 
 from pipeline.benchmarks.crud_rag.params import CrudParams
 from pipeline.benchmarks.crud_rag.schema import Item
+from pipeline.core.drawing import Plot
 from pipeline.core.markdown import fmt, table
 
 PLOT = "crud_rag.png"
@@ -70,6 +71,20 @@ def knob_cols(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if any(r.get("judge_kind") == "ragquesteval" for r in rows):
         cols += ["precision", "recall"]
     return cols
+
+
+def figure_plot(rows: Sequence[Mapping[str, Any]]) -> Plot | None:
+    """The knob-study figure, drawn when it is needed (None: no text-judge row to draw)."""
+    if not any(r.get("judge_kind") == "text" and r.get("bleu") is not None for r in rows):
+        return None
+    return Plot(figure_png, ([dict(r) for r in rows],))
+
+
+def figure_png(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    drawn = figure(rows)
+    if drawn is None:
+        raise ValueError("the knob-study figure: no text-judge row")
+    return drawn
 
 
 def figure(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
@@ -143,8 +158,8 @@ def render(
     if embedders:
         lines += [f"Embedding similarity: {', '.join(embedders)}.", ""]
     figures = {}
-    plot = figure(rows)
+    plot = figure_plot(rows)
     if plot is not None:
-        figures[PLOT] = plot
+        figures[PLOT] = plot.png()
         lines += [f"![the knob study]({PLOT})", ""]
     return lines, figures

@@ -142,7 +142,7 @@ class CruxAnalyses(Paper[CruxParams, Collection]):
     ) -> Tables:
         cx = ctx.section
         seed = ctx.params.seed
-        agreement = agg.label_agreement(cx, dataset, runs, seed)
+        agreement = self._agreement(ctx, dataset, runs)
         answers = self._answers(ctx, views(dataset))
         taus = []
         if answers is not None:
@@ -151,23 +151,42 @@ class CruxAnalyses(Paper[CruxParams, Collection]):
         source = f"derived:{DERIVED}" if cx.source == DERIVED else cx.source
         flat = [r.flat() for r in rows]
         plots = figures(flat, taus)
-        kappas = {(a["model"], a["judge"], a["domain"]): a["kappa"] for a in agreement}
-
-        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
-            # each context run: its judge's kappa against the labels
-            if (kappa := kappas.get((run.model, run.judge, row["domain"]))) is not None:
-                run.metrics["kappa"] = kappa
-            return run
-
         return Tables(
             sections={"agreement": agreement, "tau": taus, "source": source},
             # the report in CRUX's order: data, headline, every context, analyses
             report_text=render(cx, dataset, flat, agreement, taus, answers, source),
             figures=plots,
-            run=run,
             runs=agg.tau_run_rows(taus, plots),
             summary=agg.tau_summary(taus),
         )
+
+    def run_change(
+        self,
+        ctx: Ctx,
+        dataset: Sequence[Collection],
+        runs: Sequence[Run],
+        rows: Sequence[ResultRow],
+    ) -> Callable[[RunRow, Mapping[str, Any]], RunRow]:
+        """Each context run: its judge's kappa against the labels."""
+        agreement = self._agreement(ctx, dataset, runs)
+        kappas = {(a["model"], a["judge"], a["domain"]): a["kappa"] for a in agreement}
+
+        def change(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            if (kappa := kappas.get((run.model, run.judge, row["domain"]))) is not None:
+                run.metrics["kappa"] = kappa
+            return run
+
+        return change
+
+    def _agreement(
+        self, ctx: Ctx, dataset: Sequence[Collection], runs: Sequence[Run]
+    ) -> list[dict[str, Any]]:
+        """Each judge against the labels (made once for the runs `run_change` and `tables` get)."""
+        made = getattr(self, "_made", None)
+        if made is None or made[0] is not runs:
+            made = (runs, agg.label_agreement(ctx.section, dataset, runs, ctx.params.seed))
+            self._made = made
+        return made[1]
 
     def report_section(
         self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]

@@ -56,6 +56,7 @@ from pipeline.core.benchmark import (
 )
 from pipeline.core.benchmark import Question as Question_
 from pipeline.core.config import JudgeSpec, ModelSpec, OpenAIJudge, OpenAIModel, Params
+from pipeline.core.drawing import Plot
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.records import Generation, Judgement, Verdict
 from pipeline.core.results import ItemScore, Outcome, ResultRow, Results, RowKey, RunFields, Summary
@@ -117,17 +118,24 @@ class Long2ragPaper(Paper[Long2ragParams, Question]):
             f" answer entails; neutral counts as {l2.scoring.neutral.replace('_', ' ')}."
         )
         flat = [r.flat() for r in rows]
-        source = f"derived:{DERIVED}" if l2.source == DERIVED else l2.source
-
-        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
-            plots = {"kpr_by_domain_and_category.png": plot_png(row)}
-            return replace(run, plots=plots, tags=run.tags | {"dataset.source": source})
-
         return Tables(
             sections={"agreement": agreement},
             report=[note, "", *breakdown_lines(flat), *agreement_lines(agreement)],
-            run=run,
         )
+
+    def run_change(
+        self, ctx: Ctx, dataset: Sequence[Question], runs: Sequence[Run], rows: Sequence[ResultRow]
+    ) -> Callable[[RunRow, Mapping[str, Any]], RunRow]:
+        """Each run's plot of KPR by domain and category (drawn when it is logged) and the
+        source of its questions."""
+        l2 = ctx.section
+        source = f"derived:{DERIVED}" if l2.source == DERIVED else l2.source
+
+        def change(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            plots = {"kpr_by_domain_and_category.png": Plot(plot_png, (dict(row),))}
+            return replace(run, plots=plots, tags=run.tags | {"dataset.source": source})
+
+        return change
 
     def report_section(
         self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]

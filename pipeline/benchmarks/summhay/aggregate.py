@@ -24,8 +24,8 @@ from pipeline.benchmarks.summhay.scoring import (
     words_per_bullet,
 )
 from pipeline.core.benchmark import Run
+from pipeline.core.drawing import Plot
 from pipeline.core.errors import DataError
-from pipeline.core.parallel import fork_map
 from pipeline.core.records import Generation, Judgement
 from pipeline.core.results import (
     Counts,
@@ -219,12 +219,12 @@ def plot_group(row: Mapping[str, Any]) -> tuple[str, ...]:
     return (where(row), *(str(row[k]) for k in ("judge", "mode", "model", "system")))
 
 
-def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[str, bytes]]:
+def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[str, Plot]]:
     """The plots logged with each run, per (domain, judge, mode, model entry, system):
     `plots/joint_by_setting.png` (the system's scores in each context setting) and, when the
     system has whole-haystack orderings, `plots/position_sensitivity.png` (Joint with the
     relevant documents at the top / middle / bottom of the context vs the default order, for
-    every system of that domain, judge and mode that has them)."""
+    every system of that domain, judge and mode that has them). Drawn when a run is logged."""
     from pipeline.benchmarks.summhay import plots
 
     by_group: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
@@ -232,25 +232,19 @@ def row_plots(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], dict[s
     for r in rows:
         by_group.setdefault(plot_group(r), []).append(r)
         by_view.setdefault(plot_group(r)[:3], []).append(r)
-    position: dict[tuple[str, ...], tuple[set[str], bytes | None]] = {}
+    position: dict[tuple[str, ...], tuple[set[str], Plot]] = {}
     for view, vrows in by_view.items():
         domain, judge_name, mode = view
         systems = {t["system"] for t in plots.position_table(vrows)}
         title = f"SummHay position sensitivity ({domain}, {judge_name}, {mode})"
-        position[view] = (systems, plots.position_sensitivity(vrows, title) if systems else None)
-    groups = sorted(by_group.items())
-
-    def draw(job: tuple[tuple[str, ...], list[Mapping[str, Any]]]) -> bytes:
-        (domain, judge_name, mode, _, system), grows = job
-        return plots.joint_by_setting(
-            grows, f"SummHay {system} ({domain}, judge {judge_name}, {mode})"
-        )
-
-    out: dict[tuple[str, ...], dict[str, bytes]] = {}
-    for (group, _), drawn in zip(groups, fork_map(draw, groups), strict=True):  # on every core
-        files = {"plots/joint_by_setting.png": drawn}
+        position[view] = (systems, Plot(plots.position_png, (vrows, title)))
+    out: dict[tuple[str, ...], dict[str, Plot]] = {}
+    for group, grows in sorted(by_group.items()):
+        domain, judge_name, mode, _, system = group
+        title = f"SummHay {system} ({domain}, judge {judge_name}, {mode})"
+        files = {"plots/joint_by_setting.png": Plot(plots.joint_by_setting, (grows, title))}
         systems, png = position[group[:3]]
-        if png is not None and group[4] in systems:
+        if group[4] in systems:
             files["plots/position_sensitivity.png"] = png
         out[group] = files
     return out

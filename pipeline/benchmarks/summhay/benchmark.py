@@ -360,18 +360,24 @@ class PaperTables(Paper[SummhayParams, Haystack]):
         )
         derived = derived_table(dataset)
         flat = [r.flat() for r in rows]
-        plot_files = agg.row_plots(flat)
-
-        def run(run: RunRow, row: Mapping[str, Any]) -> RunRow:
-            return replace(run, plots=plot_files.get(agg.plot_group(row), {}))
-
         return Tables(
             sections={"derived": derived},
             report=paper_sections(flat, note, derived),
             table=False,  # the paper's layouts show every row
             figures={LENGTH_PLOT: plots.length_scaling(length_views(flat))},
-            run=run,
         )
+
+    def run_change(
+        self, ctx: Ctx, dataset: Sequence[Haystack], runs: Sequence[Run], rows: Sequence[ResultRow]
+    ) -> Callable[[RunRow, Mapping[str, Any]], RunRow]:
+        """Each run's plots (drawn when it is logged): its system across settings, and the
+        position sensitivity of its view."""
+        plot_files = agg.row_plots([r.flat() for r in rows])
+
+        def change(run: RunRow, row: Mapping[str, Any]) -> RunRow:
+            return replace(run, plots=plot_files.get(agg.plot_group(row), {}))
+
+        return change
 
     def report_section(
         self, metrics: Mapping[str, Any], where: str, table: Callable[[], ReportSection]

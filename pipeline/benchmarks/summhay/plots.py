@@ -7,8 +7,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.plots import plt, png, style
-
 # SummHay's whole-haystack orderings (README "Context settings"): default order, then the
 # documents that hold the subtopic's insights moved to the top, the middle or the bottom.
 POSITION_SETTINGS = (
@@ -22,6 +20,8 @@ POSITION_SETTINGS = (
 def joint_by_setting(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
     """Bars of Joint (and Coverage, Citation) per context setting for the rows of one system
     (one domain, judge and scoring mode). Settings are drawn in sorted order."""
+    from pipeline.plots import plt, png, style
+
     rows = sorted(rows, key=lambda r: str(r["setting"]))
     if not rows:
         raise ValueError("joint_by_setting: no rows")
@@ -83,6 +83,8 @@ def position_sensitivity(rows: Sequence[Mapping[str, Any]], title: str) -> bytes
     """Joint per ordering of the whole haystack (default, relevant documents at Top / Middle /
     Bottom), one group of bars per system, with each system's Position Sensitivity. None when no
     system has the orderings."""
+    from pipeline.plots import plt, png, style
+
     table = position_table(rows)
     if not table:
         return None
@@ -112,6 +114,14 @@ def position_sensitivity(rows: Sequence[Mapping[str, Any]], title: str) -> bytes
     return png(fig)
 
 
+def position_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
+    """`position_sensitivity` of rows known to have the orderings."""
+    drawn = position_sensitivity(rows, title)
+    if drawn is None:
+        raise ValueError(f"{title}: no system has the whole-haystack orderings")
+    return drawn
+
+
 _LENGTH = re.compile(r"^(\d+(?:\.\d+)?)k$")
 
 
@@ -125,6 +135,8 @@ def length_scaling(views: Mapping[tuple[str, str, str], Sequence[Mapping[str, An
     """Joint against haystack length (cl100k_base tokens, log scale): one panel per (domain,
     judge, mode) view of the length study's rows, one line per (system, setting). A run without
     a length study gets a panel that says so (the file is a stage output either way)."""
+    from pipeline.plots import plt, png, style
+
     style()
     n = max(1, len(views))
     fig, axes = plt.subplots(1, n, figsize=(6.0 * n, 3.9), squeeze=False)
