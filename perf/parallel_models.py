@@ -143,7 +143,7 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 def phases(proj: Path) -> dict[str, Any]:
     """Where an `lfbench repro` run's time went, from its timeline (.lfbench/logs/repro-*.json):
-    per kind of stage (generate, judge, the rest) the first start and last end in seconds from
+    per kind of stage (generate, judge, results, aggregate) the first start and last end in seconds from
     the run's start, the longest a ready stage waited for a slot, and the longest the driver
     took to save a finished stage."""
     logs = sorted(
@@ -153,7 +153,7 @@ def phases(proj: Path) -> dict[str, Any]:
         return {}
     rows = [r for r in json.loads(logs[-1].read_text())["stages"] if r["started"] is not None]
     out: dict[str, Any] = {}
-    for kind in ("generate", "judge", "aggregate"):
+    for kind in ("generate", "judge", "results", "aggregate"):
         rs = [r for r in rows if f"-{kind}" in r["stage"]]
         if rs:
             out[kind] = {
