@@ -41,8 +41,20 @@ def test_a_diamond_s_wall_time_is_its_critical_path_with_enough_slots() -> None:
     two = simulate(dag, slots=2, ncpu=2)
     assert two.wall_s == 45  # a, then c beside b, then d
     assert (two.start["d"], two.end["c"]) == (40, 40)
-    assert simulate(dag, slots=1, ncpu=2).wall_s == 65  # one at a time: the sum
+    assert simulate(dag, slots=1, ncpu=2).wall_s == 45  # CPU stages take cores, not slots
     assert simulate(dag, slots=4, ncpu=1).wall_s == 65  # one core: the CPU stages in turn
+    endpoints = [Job(j.name, j.upstream, j.seconds, 0) for j in dag]
+    assert simulate(endpoints, slots=1, ncpu=2).wall_s == 65  # one slot: endpoint stages in turn
+    assert simulate(endpoints, slots=2, ncpu=1).wall_s == 45
+
+
+def test_a_cpu_stage_does_not_wait_for_a_slot_held_by_endpoint_stages() -> None:
+    """Two slow generate stages hold both slots; a CPU judge of a fast model runs on a free
+    core meanwhile (it waited for a slot until the slow ones ended before)."""
+    dag = [Job("fast", (), 5, 0), Job("slow1", ("fast",), 100, 0)]
+    dag += [Job("slow2", ("fast",), 100, 0), Job("judge", ("fast",), 10, 1)]
+    s = simulate(dag, slots=2, ncpu=2)  # fast first; then judge beside the two slow ones
+    assert (s.start["judge"], s.end["judge"], s.wall_s) == (5, 15, 105)
 
 
 def test_endpoint_stages_take_a_slot_but_no_core() -> None:

@@ -23,7 +23,8 @@ from tests.conftest import run, run_env
 STEP = textwrap.dedent(
     """
     import json, os, signal, sys, time, pathlib
-    name, out, *ins = sys.argv[1:]
+    args = sys.argv[1:]
+    name, out, *ins = args[: args.index("--")] if "--" in args else args  # after --: for DVC
     log = pathlib.Path("times.log")
     got = []
     signal.signal(signal.SIGINT, lambda *a: got.append(time.time()))
@@ -339,12 +340,35 @@ def test_stages_more_stages_wait_on_go_first(tmp_path: Path) -> None:
     _count_downstream(states)
     assert {n: s.priority for n, s in states.items()} == {"a": 3, "b": 1, "c": 1, "d": 0, "e": 0}
 
-    pipeline = diamond()
+    # each takes every core: one at a time (a CPU stage takes cores, not one of --jobs' slots)
+    pipeline = diamond({n: {"lfbench": {"cores": "all"}} for n in "abcde"})
     pipeline["stages"] = {"e": pipeline["stages"].pop("e"), **pipeline["stages"]}  # e first
     proj = toy(tmp_path / "p", pipeline, cfg={"sleep": {n: 0.3 for n in "abcde"}})
     run(["lfbench", "repro", "--jobs", "1"], proj)
     t = times(proj)
     assert t["a"]["start"] < t["e"]["start"]
+
+
+def test_a_cpu_stage_starts_beside_endpoint_stages_that_hold_every_slot(tmp_path: Path) -> None:
+    """--jobs 2, two stages waiting on an endpoint (a model of provider openai: no core) hold
+    both slots; a CPU stage starts on a free core at once instead of queueing behind them."""
+    endpoint = "-- --model m generate"  # what makes `stage_cores` see an endpoint stage
+
+    def stage(name: str, extra: str = "") -> dict[str, Any]:
+        return {"cmd": f"python step.py {name} out/{name}.json {extra}".strip(),
+                "deps": ["step.py"], "outs": [f"out/{name}.json"]}  # fmt: skip
+
+    pipeline = {"stages": {"s1": stage("s1", endpoint), "s2": stage("s2", endpoint),
+                           "cpu": stage("cpu")}}  # fmt: skip
+    proj = toy(tmp_path / "p", pipeline, cfg={"sleep": {"s1": 8, "s2": 8, "cpu": 0.3}})
+    (proj / "params.yaml").write_text(yaml.safe_dump({"models": {"m": {"provider": "openai"}}}))
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "params"], proj)
+    run(["lfbench", "repro", "--jobs", "2"], proj)
+    t = times(proj)
+    assert t["cpu"]["end"] < min(t["s1"]["end"], t["s2"]["end"]), t
+    overlap = t["s1"]["start"] < t["s2"]["end"] and t["s2"]["start"] < t["s1"]["end"]
+    assert overlap  # both endpoint stages ran at once, in the two slots
 
 
 def test_a_worker_runs_an_unchanged_stage_again_when_forced(

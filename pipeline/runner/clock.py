@@ -9,10 +9,11 @@ plan at `--jobs N`, by simulating what `lfbench repro` does (pipeline/runner/dri
   run took here (the `repro-<run>.json` timelines the driver writes in `.lfbench/logs/`), else
   the mean of the stages of its group that ran (the same stage of another model: `judge@x-local`
   for `judge@y-local`), else it is unknown (0 in the sum, named in a note).
-- The schedule: a stage starts when its upstream stages are done, with at most `jobs` stages at
-  once; one that uses the CPU also takes its cores (`stage_cores`: 0 for an endpoint stage)
-  out of the machine's; ready stages start in the driver's order (more stages downstream
-  first, then dvc.yaml's order). A stage with nothing to do takes no time.
+- The schedule: a stage starts when its upstream stages are done; one that waits on an endpoint
+  takes one of the `jobs` slots, one that uses the CPU takes its cores (`stage_cores`) out of
+  the machine's instead (`stage_resources`); ready stages start in the driver's order
+  (more stages downstream first, then dvc.yaml's order). A stage with nothing to do takes no
+  time.
 """
 
 from __future__ import annotations
@@ -74,9 +75,10 @@ def downstream_counts(upstream: Mapping[str, Sequence[str]]) -> dict[str, int]:
 
 
 def simulate(jobs: Sequence[Job], slots: int, ncpu: int) -> Schedule:
-    """When each stage starts and ends with `slots` stages at once and `ncpu` cores (a stage
-    takes min(its cores, ncpu) of them), as the driver starts them; the wall time is the last
-    end. Upstream names outside `jobs` are taken as done."""
+    """When each stage starts and ends with `slots` endpoint stages at once and `ncpu` cores
+    (a stage that uses the CPU takes min(its cores, ncpu) of them, and no slot), as the driver
+    starts them; the wall time is the last end. Upstream names outside `jobs` are taken as
+    done."""
     names = {j.name for j in jobs}
     prio = downstream_counts({j.name: list(j.upstream) for j in jobs})
     index = {j.name: i for i, j in enumerate(jobs)}
@@ -98,8 +100,8 @@ def simulate(jobs: Sequence[Job], slots: int, ncpu: int) -> Schedule:
                 cores = min(j.cores, ncpu)
                 if j.seconds <= 0:
                     sched.start[j.name] = sched.end[j.name] = now
-                elif free_slots >= 1 and free_cores >= cores:
-                    free_slots -= 1
+                elif (free_cores >= cores) if cores else (free_slots >= 1):
+                    free_slots -= 0 if cores else 1
                     free_cores -= cores
                     sched.start[j.name] = now
                     heapq.heappush(running, (now + j.seconds, index[j.name], j.name))
@@ -115,7 +117,7 @@ def simulate(jobs: Sequence[Job], slots: int, ncpu: int) -> Schedule:
             finished.append(heapq.heappop(running)[2])
         for n in finished:
             sched.end[n] = now
-            free_slots += 1
+            free_slots += 0 if by_name[n].cores else 1
             free_cores += min(by_name[n].cores, ncpu)
     sched.wall_s = max(sched.end.values(), default=0.0)
     return sched
@@ -248,6 +250,20 @@ def stage_cores(stage: Any, params: Mapping[str, Any], ncpu: int) -> int:
         raise ConfigError(
             f"dvc.yaml: stage {stage.addressing}: meta.lfbench.cores {want!r}: use all or a number"
         ) from e
+
+
+def stage_resources(cores: int) -> dict[str, float]:
+    """What a stage's task holds on a worker: one of the `--jobs` slots when it waits on an
+    endpoint (no core), else its cores (`worker_resources`). So a stage that needs the CPU does
+    not queue behind stages that only wait on endpoints: with `--jobs 8` and 8 long generate
+    stages waiting on their servers, a judge or results stage still starts on a free core."""
+    return {"cores": cores} if cores else {"slots": 1}
+
+
+def worker_resources(jobs: int, ncpu: int) -> tuple[int, dict[str, float]]:
+    """A worker's threads and resources: `jobs` slots for stages that wait on endpoints and its
+    cores for the others, a thread for each."""
+    return jobs + ncpu, {"slots": jobs, "cores": ncpu}
 
 
 def _cmds(stage: Any) -> list[str]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import LfbenchError
+from pipeline.runner.clock import worker_resources
 from pipeline.runner.committed import clone_changes, head_commit, known_outputs, modified
 from pipeline.runner.worker import ENV_CLONE
 
@@ -431,11 +432,13 @@ def serve(
         ncpu = os.cpu_count() or 1
     wait_for_scheduler(address, connect_timeout)
 
+    threads, resources = worker_resources(jobs, ncpu)
+
     async def main() -> None:
         async with Worker(
             address,
-            nthreads=jobs,
-            resources={"cores": ncpu},
+            nthreads=threads,
+            resources=resources,
             name=name,
             dashboard=False,
             # its comms listen where the scheduler and the other workers reach it; the HTTP

@@ -134,7 +134,8 @@ def _rates(given: tuple[str, ...], params: Any) -> dict[str, float]:
     type=click.IntRange(min=1),
     default=8,
     show_default=True,
-    help="Stages at once (at most: stages that use the CPU are also limited to the cores).",
+    help="Stages that wait on endpoints at once; stages that use the CPU run beside them, as"
+    " many as the cores take.",
 )
 @click.option(
     "--cluster",

@@ -56,7 +56,14 @@ from pipeline.core import live
 from pipeline.core.errors import LfbenchError
 from pipeline.env.containers import forget
 from pipeline.runner.alone import refuse_if_dvc_runs
-from pipeline.runner.clock import _cmds, _ncpu, downstream_counts, stage_cores
+from pipeline.runner.clock import (
+    _cmds,
+    _ncpu,
+    downstream_counts,
+    stage_cores,
+    stage_resources,
+    worker_resources,
+)
 from pipeline.runner.cluster import DRIVER_CONNECT_S, check_address
 from pipeline.runner.committed import shown, uncommitted
 from pipeline.runner.lockfile import Lockfile
@@ -129,22 +136,24 @@ class ReproResult:
 
 
 def local_cluster_options(jobs: int) -> dict[str, Any]:
-    """The driver's own Dask cluster (one machine): one in-process worker of `jobs` threads,
-    everything on 127.0.0.1. Over TCP, not in-process comms, so that the stages (subprocesses)
-    reach its scheduler for their endpoints' shared slots (`pipeline/llm/shared_limit.py`); no
-    dashboard, and the HTTP server Dask's scheduler starts anyway (its metrics) on a free port of
-    127.0.0.1, not 8787 on every interface (a second run warned "Port 8787 is already in
-    use", and anyone on the network could read it)."""
+    """The driver's own Dask cluster (one machine): one in-process worker with `--jobs` slots
+    and the machine's cores (`worker_resources`), everything on 127.0.0.1. Over TCP, not
+    in-process comms, so that the stages (subprocesses) reach its scheduler for their
+    endpoints' shared slots (`pipeline/llm/shared_limit.py`); no dashboard, and the HTTP server
+    Dask's scheduler starts anyway (its metrics) on a free port of 127.0.0.1, not 8787 on every
+    interface (a second run warned "Port 8787 is already in use", and anyone on the network
+    could read it)."""
+    threads, resources = worker_resources(jobs, _ncpu())
     return {
         "n_workers": 1,
-        "threads_per_worker": jobs,
+        "threads_per_worker": threads,
         "processes": False,
         "protocol": "tcp://",
         "host": "127.0.0.1",
         "dashboard_address": None,
         "worker_dashboard_address": None,
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
-        "resources": {"cores": _ncpu()},
+        "resources": resources,
         "silence_logs": logging.ERROR,
     }
 
@@ -381,7 +390,7 @@ class Repro:
                     key=f"lfbench-{self.run_id}-{name}",
                     pure=False,
                     priority=st.priority,
-                    resources={"cores": st.cores} if st.cores else None,
+                    resources=stage_resources(st.cores),
                 )
                 futures[fut] = name
 

@@ -321,9 +321,10 @@ def model_results(
     judgements alone: the same rows, the same runs (the aggregate's sync then finds them
     unchanged and skips them, and draws none of their plots), except what a benchmark draws
     across models (CRUX's tau runs, a figure of every model's rows), which only the aggregate
-    makes: no paper tables, report or figures here (`aggregation.aggregate(tables=False)`). Its runs are logged as the
-    aggregate's (producer `<benchmark>-aggregate`), retiring nothing: a row no model produces
-    any more is retired by the aggregate, which sees them all."""
+    makes: no paper tables, report or figures here (`aggregation.aggregate(tables=False)`).
+    Its runs are logged as the aggregate's (producer `<benchmark>-aggregate`), retiring
+    nothing: a row no model produces any more is retired by the aggregate, which sees them
+    all."""
     if track:
         from pipeline.stages.mlflow_store import preflight
 
