@@ -143,9 +143,9 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 def phases(proj: Path) -> dict[str, Any]:
     """Where an `lfbench repro` run's time went, from its timeline (.lfbench/logs/repro-*.json):
-    per kind of stage (generate, judge, results, aggregate) the first start and last end in seconds from
-    the run's start, the longest a ready stage waited for a slot, and the longest the driver
-    took to save a finished stage."""
+    per kind of stage (generate, judge, results, aggregate) the first start and last end in
+    seconds from the run's start, the longest a ready stage waited for a slot, and the longest
+    the driver took to save a finished stage."""
     logs = sorted(
         (proj / ".lfbench" / "logs").glob("repro-*.json"), key=lambda p: p.stat().st_mtime
     )
