@@ -4,6 +4,7 @@ an error, a log line or a command line (real sockets, a real HTTP server, a real
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import signal
@@ -237,3 +238,61 @@ def test_ui_on_a_postgresql_store_keeps_its_password_out_of_logs_and_argv(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     _no_secret(log_path.read_text())
+
+
+def _schema(db: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """A SQLite store's schema (every table, index, trigger: the clauses of its statement,
+    in any order, as MLflow's migrations write a table's constraints in no fixed order), its
+    Alembic revision and its experiments (without their times)."""
+    import sqlite3
+
+    def clauses(sql: str | None) -> tuple[str, ...]:
+        return tuple(sorted(line.strip().rstrip(",") for line in (sql or "").splitlines()))
+
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        return (
+            [
+                (kind, name, table, clauses(sql))
+                for kind, name, table, sql in c.execute(
+                    "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+                )
+            ],
+            c.execute("SELECT * FROM alembic_version").fetchall(),
+            c.execute(
+                "SELECT experiment_id, name, artifact_location, lifecycle_stage FROM experiments"
+            ).fetchall(),
+        )
+
+
+def test_a_new_sqlite_store_is_a_copy_of_mlflows_own_empty_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new project's store starts from the template `mlflow db upgrade` made (no migration of
+    its own), and is then what MLflow makes of a file it migrates itself: same tables, indexes,
+    revision, and its Default experiment in this project."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.stages import mlflow_store, tracking
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    monkeypatch.chdir(proj)
+    tracking._client(proj).search_experiments()
+    (template,) = (tmp_path / "cache" / "lfbench").glob("mlflow-schema-*.db")
+    assert _schema(template)[2] == []  # the schema only: no experiment in it
+    seeded = proj / "mlruns" / "mlflow.db"
+    # a second store: seeded from the template that is there now, not migrated
+    other = proj / "mlruns" / "other.db"
+    assert mlflow_store.seed_sqlite_store(f"sqlite:///{other}")
+    assert not mlflow_store.seed_sqlite_store(f"sqlite:///{other}")  # there: left as it is
+    assert _schema(other)[:2] == _schema(template)[:2]
+
+    # what MLflow makes of a file it migrates itself, in the same folder
+    mlflows = proj / "mlruns" / "mlflow-made.db"
+    MlflowClient(tracking_uri=f"sqlite:///{mlflows}").search_experiments()
+    made, ours = _schema(mlflows), _schema(seeded)
+    assert ours == made
+    assert [e[1] for e in ours[2]] == ["Default"]
+    assert str(proj / "mlruns") in ours[2][0][2]

@@ -140,11 +140,12 @@ def _client(root: Path) -> Any:
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from pipeline.stages.mlflow_store import bounded_http, check_reachable
+    from pipeline.stages.mlflow_store import bounded_http, check_reachable, seed_sqlite_store
 
     uri = tracking_uri(root)
     bounded_http()
     check_reachable(uri)
+    seed_sqlite_store(uri)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri)
 
