@@ -358,14 +358,19 @@ def test_a_cpu_stage_starts_beside_endpoint_stages_that_hold_every_slot(tmp_path
         return {"cmd": f"python step.py {name} out/{name}.json {extra}".strip(),
                 "deps": ["step.py"], "outs": [f"out/{name}.json"]}  # fmt: skip
 
+    # `cpu` becomes ready only after `prep` (a CPU stage too), by when s1 and s2 hold the slots
+    cpu = stage("cpu")
+    cpu["deps"].append("out/prep.json")
     pipeline = {"stages": {"s1": stage("s1", endpoint), "s2": stage("s2", endpoint),
-                           "cpu": stage("cpu")}}  # fmt: skip
-    proj = toy(tmp_path / "p", pipeline, cfg={"sleep": {"s1": 8, "s2": 8, "cpu": 0.3}})
+                           "prep": stage("prep"), "cpu": cpu}}  # fmt: skip
+    sleeps = {"s1": 12, "s2": 12, "prep": 1.5, "cpu": 0.3}  # seconds: room for a loaded machine
+    proj = toy(tmp_path / "p", pipeline, cfg={"sleep": sleeps})
     (proj / "params.yaml").write_text(yaml.safe_dump({"models": {"m": {"provider": "openai"}}}))
     run(["git", "add", "-A"], proj)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "params"], proj)
     run(["lfbench", "repro", "--jobs", "2"], proj)
     t = times(proj)
+    assert t["cpu"]["start"] > max(t["s1"]["start"], t["s2"]["start"])  # they held both slots
     assert t["cpu"]["end"] < min(t["s1"]["end"], t["s2"]["end"]), t
     overlap = t["s1"]["start"] < t["s2"]["end"] and t["s2"]["start"] < t["s1"]["end"]
     assert overlap  # both endpoint stages ran at once, in the two slots
