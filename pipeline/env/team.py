@@ -484,7 +484,9 @@ class MlflowServer:
             # MLflow's job runner (a Huey consumer process per job kind, for its GenAI
             # evaluation jobs): lfbench runs none, and each consumer is a Python process that
             # imports MLflow (about 3 CPU-seconds a start)
-            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get(
+                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"
+            ),
             **(self.env or {}),
         }
         env.pop("MLFLOW_TRACKING_URI", None)
