@@ -13,7 +13,7 @@ a credential in a log line, an error or a command line.
   line naming the store with its password masked; a password in the message is masked too.
 - A new SQLite store starts as a copy of an empty one that MLflow's own `mlflow db upgrade`
   made once for this MLflow, Alembic and SQLAlchemy (`seed_sqlite_store`): MLflow's 60-odd
-  schema migrations cost each new store about 1.5 CPU-seconds (every test project, every
+  schema migrations cost each new store about a CPU-second (every test project, every
   fresh clone's first results stage). The copy holds the schema only: MLflow makes the Default
   experiment when it opens the store, as it does in a store it migrated itself.
 """
@@ -47,6 +47,11 @@ def tracking_uri(root: Path) -> str:
 
 
 log = logging.getLogger(__name__)
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` store URI; None for any other store."""
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
 
 def _schema_template() -> Path | None:
@@ -83,10 +88,8 @@ def seed_sqlite_store(uri: str) -> bool:
     """A `sqlite:///` store whose file does not exist yet starts as a copy of the schema
     template (module docstring); True if it did. Safe against a process creating the same
     store at the same moment: the copy is linked into place only if no file is there."""
-    if not uri.startswith("sqlite:///"):
-        return False
-    db = Path(uri[len("sqlite:///") :])
-    if db.exists() or not db.parent.is_dir():
+    db = sqlite_file(uri)
+    if db is None or db.exists() or not db.parent.is_dir():
         return False
     template = _schema_template()
     if template is None:

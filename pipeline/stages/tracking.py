@@ -69,6 +69,7 @@ from typing import Any
 from pipeline.core.drawing import Plot, draw_all, drawn
 from pipeline.core.io import canonical_json
 from pipeline.llm.cache import redact
+from pipeline.stages.mlflow_store import sqlite_file
 from pipeline.stages.mlflow_store import tracking_uri as tracking_uri
 
 log = logging.getLogger(__name__)
@@ -121,10 +122,10 @@ class SyncReport:
 @contextlib.contextmanager
 def _store_lock(uri: str) -> Iterator[None]:
     """An exclusive lock beside a SQLite store (no-op for a server or another database)."""
-    if not uri.startswith("sqlite:///"):
+    db = sqlite_file(uri)
+    if db is None:
         yield
         return
-    db = Path(uri[len("sqlite:///") :])
     db.parent.mkdir(parents=True, exist_ok=True)
     with db.with_name(db.name + ".lock").open("a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -166,10 +167,10 @@ def _experiment_id(client: Any, name: str, root: Path) -> str:
             return str(exp.experiment_id)
         location = None
         uri = tracking_uri(root)
-        if uri.startswith("sqlite:///"):
+        db = sqlite_file(uri)
+        if db is not None:
             # beside the database (also when MLFLOW_TRACKING_URI names one elsewhere, e.g. for
             # `dvc exp run --queue`, whose runs happen in scratch copies of the workspace)
-            db = Path(uri[len("sqlite:///") :])
             location = (db.parent / "artifacts" / name).resolve().as_uri()
         try:
             return str(
