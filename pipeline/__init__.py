@@ -51,3 +51,7 @@ _pin_float_kernels()
 # not to (its own switches; a user who sets them keeps theirs). Stages log to MLflow offline.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
+# Nor does an MLflow server lfbench starts (`lfbench ui`, the team's) run MLflow's job runner:
+# its Huey consumer processes serve MLflow's GenAI jobs, which lfbench does not use, and each
+# imports MLflow (about 3 CPU-seconds a server). A user who sets it keeps theirs.
+os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")

@@ -481,12 +481,6 @@ class MlflowServer:
             **os.environ,
             "MLFLOW_DISABLE_TELEMETRY": "true",
             "DO_NOT_TRACK": "true",
-            # MLflow's job runner (a Huey consumer process per job kind, for its GenAI
-            # evaluation jobs): lfbench runs none, and each consumer is a Python process that
-            # imports MLflow (about 3 CPU-seconds a start)
-            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get(
-                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"
-            ),
             **(self.env or {}),
         }
         env.pop("MLFLOW_TRACKING_URI", None)

@@ -321,8 +321,6 @@ def ui(host: str, port: int) -> None:
     # No usage reports leave the machine (MLflow's own switches).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
-    # nor MLflow's job runner (Huey consumer processes for its GenAI jobs): lfbench runs none
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     sys.stdout.flush()  # the links, before this process becomes mlflow's (a pipe buffers them)
     sys.stderr.flush()
     os.execv(sys.executable, argv)

@@ -863,7 +863,6 @@ def test_a_server_store_keeps_a_live_syncs_pending_run_and_cleans_a_dead_ones(
          "--default-artifact-root", str(tmp_path / "artifacts")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
