@@ -318,9 +318,8 @@ def ui(host: str, port: int) -> None:
     else:
         click.echo(f"No lfbench results in this store yet (dvc repro logs them): {base}")
     log.info("MLflow UI on %s (store %s); Ctrl-C stops it", base, masked(uri))
-    # No usage reports leave the machine (MLflow's own switches).
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("DO_NOT_TRACK", "true")
+    # MLflow's telemetry and job runner are off by pipeline/__init__.py's defaults, which this
+    # process (and so the server it becomes) has set.
     sys.stdout.flush()  # the links, before this process becomes mlflow's (a pipe buffers them)
     sys.stderr.flush()
     os.execv(sys.executable, argv)
