@@ -53,7 +53,8 @@ def test_real_embeddings_through_summhay_and_crux(tmp_path: Path, mirror: Path) 
     gguf = convert(tmp_path / "minilm.gguf")
     log = tmp_path / "server.log"
     proj = make_project(tmp_path / "proj", mirror, shared_cache=True)
-    with serve(gguf, log) as base:
+    # one server thread: beside the other test workers a second one mostly spins waiting
+    with serve(gguf, log, threads=1) as base:
         # the same model: the server's vectors are the numpy encoder's
         texts = ["Solar panels got cheaper.", "Investors fear rising rates; déjà vu in Zürich."]
         assert np.allclose(_embed(base, texts), embed(texts), atol=2e-3)
@@ -85,7 +86,12 @@ def test_real_embeddings_through_summhay_and_crux(tmp_path: Path, mirror: Path) 
         c["answers"]["generations"] = None
         p["models"]["crux-contexts"]["retrievers"] = ["zstar", "bm25", "minilm-api"]
         (proj / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False), encoding="utf-8")
+        # SummHay's retrieval first: CRUX's passages are SummHay's documents, so CRUX's then
+        # comes from the response cache (side by side, both stages would embed them)
+        run(["dvc", "repro", "summhay-retrieve@minilm-api"], proj)
         run(["lfbench", "repro", "--jobs", "2", "summhay-aggregate", "crux-aggregate"], proj)
+        crux_first = json.loads((proj / "retrievals/usage/crux/minilm-api.json").read_text())
+        assert crux_first["requests_sent"] == 0 and crux_first["cache_hits"] > 0
         sent = log.read_text().count("POST /v1/embeddings")
         run(["dvc", "repro", "-f", "summhay-retrieve@minilm-api", "crux-retrieve@minilm-api"], proj)
         assert log.read_text().count("POST /v1/embeddings") == sent > 0
