@@ -427,13 +427,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # longest first keeps one core from running the last long file alone.
 HEAVY_FIRST = (
     "tests/e2e/test_fresh_clone.py",
-    "tests/e2e/test_real_model.py",
     "tests/e2e/test_docker.py",
+    "tests/e2e/test_real_model.py",
     "tests/e2e/test_own_rag.py",
     "tests/e2e/test_pipeline.py",
+    "tests/e2e/test_real_embeddings.py",
     "tests/e2e/test_parallel_pipeline.py",
     "tests/e2e/test_llm_pipeline.py",
-    "tests/e2e/test_real_embeddings.py",
     "tests/judging/test_encoder_isa.py",
     "tests/e2e/test_team.py",
     "tests/e2e/test_mlflow_ui.py",
