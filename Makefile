@@ -72,10 +72,11 @@ repro: setup
 	dvc repro
 
 ## The tests: lint, format, types, then pytest (unit, stage and end-to-end tests).
-## One pytest-xdist worker more than the cores: the end-to-end tests wait on servers, DVC and
+## Two pytest-xdist workers more than the cores: the end-to-end tests wait on servers, DVC and
 ## their stages' start-up for much of their time, so one worker per core left the cores idle for
-## over a quarter of the run (2 cores: 2,572 s with 2 workers, 2,104 s with 3, perf/suite_cpu.py).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+## over a quarter of the run (2 cores: 2,572 s with 2 workers, 2,104 s with 3, perf/suite_cpu.py;
+## later 1,931-1,976 s with 3 and 1,866 s with 4, perf/test_cpu.py).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 test: setup-dev lint typecheck
 	pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
