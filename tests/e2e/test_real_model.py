@@ -73,8 +73,8 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def llama_server(model: Path, log: Path, n_ctx: int = 4096) -> Iterator[str]:
     """llama-cpp-python's server on loopback (one thread, one request at a time). One thread:
-    beside the other test workers a second one mostly spun waiting for the first (the test
-    took about 400 CPU-s in the full suite against 265 alone)."""
+    alone it is about as fast as two, and beside the other test workers the second mostly
+    waited on the first (the test took about 400 CPU-s in the full suite, 270 alone)."""
     port = _free_port()
     with log.open("w") as out:
         proc = subprocess.Popen(

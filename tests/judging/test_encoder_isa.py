@@ -112,7 +112,7 @@ def _sample(mirror: Path, n: int) -> list[str]:
 )
 def test_vectors_are_the_same_bits_on_sse_avx_and_this_cpu(model: Path, mirror: Path) -> None:
     # four insights of spread lengths and the edge cases: the 254-token text alone computes
-    # more values than the rest together (under QEMU's AVX it takes 40 s of the run's 60)
+    # more values than the rest together (under QEMU's AVX it took 40 s of the 86 for all 15 texts)
     texts = _sample(mirror, 4)
     here = portability.native_vectors(texts, model)
     cpus = portability.EMULATED_CPUS
