@@ -197,6 +197,10 @@ def run(stage_name: str, args: tuple[str, ...], params_path: Path) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] in (["run"], ["stage"]):
+        from pipeline.stages import warm_sync
+
+        warm_sync.enable()  # a stage's process: its MLflow sync may go to the warm server
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -342,7 +342,24 @@ def sync(
     """Make the experiment's current runs of `producer` in this workspace match `specs` (create,
     skip or supersede; retire the rows it no longer produces; heal what a killed sync left).
     `retire=False`: `specs` are part of the producer's rows (one model's, logged early), so no
-    other row is retired; the producer's complete sync does that."""
+    other row is retired; the producer's complete sync does that.
+
+    In a stage's process, done by the warm sync server when one runs (`warm_sync`: the same
+    `sync_here`, without importing MLflow here)."""
+    from pipeline.stages import warm_sync
+
+    return warm_sync.call(sync_here, experiment, specs, root, producer=producer, retire=retire)
+
+
+def sync_here(
+    experiment: str,
+    specs: Sequence[RunSpec],
+    root: Path,
+    *,
+    producer: str,
+    retire: bool = True,
+) -> SyncReport:
+    """`sync` in this process."""
     keys = [s.row_key for s in specs]
     if len(set(keys)) != len(keys):
         twice = sorted(k for k in set(keys) if keys.count(k) > 1)
