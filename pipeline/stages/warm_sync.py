@@ -10,7 +10,8 @@ raises or logs as its own. What the sync writes is what the stage itself would w
 child is the same code, the sync keeps its lock and its rules, tests/stages/test_warm_sync.py).
 
 - **Only stage processes** use it (`lfbench run|stage`, `enable()`), only with the local runtime
-  (not in a container), and not when `LFBENCH_WARM_SYNC=0`. A library call stays in-process.
+  (not in a container), only on Linux (a fork without exec is not safe on macOS), and not when
+  `LFBENCH_WARM_SYNC=0`. A library call stays in-process.
 - **One server per code**: its socket's name hashes the Python, the installed MLflow, Alembic
   and SQLAlchemy, every file of `pipeline/` (path, size, mtime) and the environment variables
   read at import (`IMPORT_ENV`). An edit or an upgrade names another server; the old one ends
@@ -85,8 +86,7 @@ def _wanted() -> bool:
         _enabled
         and os.environ.get(ENV_SWITCH, "1") != "0"
         and os.environ.get(ENV_RUNTIME, "local") == "local"
-        and hasattr(socket, "AF_UNIX")
-        and hasattr(os, "fork")
+        and sys.platform == "linux"  # fork without exec is not safe on macOS
     )
 
 
