@@ -168,6 +168,24 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     path = folder / f"sync-{key}.sock"
     if len(os.fsencode(path)) > _SOCKET_PATH_MAX:  # TMPDIR too deep for a socket's name
         return func(*args, **kwargs)
+    loggers = {
+        name: lg.level
+        for name, lg in logging.root.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger) and lg.level
+    }
+    request = {
+        "env": dict(os.environ),
+        "cwd": str(Path.cwd()),
+        "func": (func.__module__, func.__qualname__),
+        "args": args,
+        "kwargs": kwargs,
+        "levels": {"": logging.root.level, **loggers},
+    }
+    try:
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - an argument that does not pickle: a lock, a lambda
+        log.debug("warm sync: arguments not sent (%s: %s); syncing here", type(e).__name__, e)
+        return func(*args, **kwargs)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
@@ -176,23 +194,11 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         _start_server(path, key)
         return func(*args, **kwargs)
     with conn:
-        loggers = {
-            name: lg.level
-            for name, lg in logging.root.manager.loggerDict.items()
-            if isinstance(lg, logging.Logger) and lg.level
-        }
-        request = {
-            "env": dict(os.environ),
-            "cwd": str(Path.cwd()),
-            "func": (func.__module__, func.__qualname__),
-            "args": args,
-            "kwargs": kwargs,
-            "levels": {"": logging.root.level, **loggers},
-        }
         try:
-            _send(conn, request)
+            conn.sendall(_HEADER.pack(len(data)) + data)
             status, value, records = _recv(conn)
-        except (OSError, EOFError, pickle.PickleError) as e:
+        except Exception as e:  # noqa: BLE001 - a server gone, an answer not read: the sync
+            # is idempotent, so doing it here is safe whatever the child did
             log.debug("warm sync server %s: %s; syncing here", path.name, e)
             return func(*args, **kwargs)
     for record in records:

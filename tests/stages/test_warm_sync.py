@@ -174,6 +174,18 @@ def local_only() -> int:
 local_only.__module__ = "tests.not_a_module"
 
 
+def test_arguments_that_do_not_pickle_run_in_the_caller(warm: Path) -> None:
+    import threading
+
+    lock = threading.Lock()  # cannot be sent to the server
+    assert warm_sync.call(where, lock) == os.getpid()
+    assert warm_sync.call(where, None) != os.getpid()  # the same call, sendable: served
+
+
+def where(_: Any) -> int:
+    return os.getpid()
+
+
 def test_a_caller_killed_mid_sync_takes_its_child_down(warm: Path, tmp_path: Path) -> None:
     server = _server_pid(warm)
     assert server
