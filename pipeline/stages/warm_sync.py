@@ -191,7 +191,7 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         conn.connect(str(path))
     except OSError:
         conn.close()
-        _start_server(path, key)
+        _start_server(path, key, func.__module__)
         return func(*args, **kwargs)
     with conn:
         try:
@@ -214,7 +214,7 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     raise value
 
 
-def _start_server(path: Path, key: str) -> None:
+def _start_server(path: Path, key: str, preload: str) -> None:
     """Start the server of this code in the background (it exits at once if another holds
     its lock); its own log beside its socket."""
     import pipeline
@@ -225,7 +225,7 @@ def _start_server(path: Path, key: str) -> None:
     try:
         with path.with_suffix(".log").open("ab") as err:
             subprocess.Popen(
-                [sys.executable, "-m", "pipeline.stages.warm_sync", str(path), key],
+                [sys.executable, "-m", "pipeline.stages.warm_sync", str(path), key, preload],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -241,7 +241,7 @@ def _start_server(path: Path, key: str) -> None:
 # ---------------------------------------------------------------- the server
 
 
-def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
+def serve(path: Path, key: str, preload: str = "", idle_s: float = IDLE_S) -> None:
     """Listen on `path` until idle for `idle_s` (or until its socket is replaced), forking a
     child per request. Returns at once if another server of this key holds the lock."""
     lock = path.with_suffix(".lock").open("a+")
@@ -262,7 +262,8 @@ def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
     import mlflow.tracking  # noqa: F401
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
 
-    import pipeline.stages.tracking  # noqa: F401
+    if preload:  # the module of the function its first caller hands over (no import up here)
+        importlib.import_module(preload)
 
     server.listen(64)
     server.settimeout(1.0)
@@ -368,4 +369,4 @@ def _child(conn: socket.socket) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - started by `_start_server`
-    serve(Path(sys.argv[1]), sys.argv[2])
+    serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")
