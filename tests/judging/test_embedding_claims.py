@@ -42,8 +42,7 @@ def test_two_processes_on_one_cache_compute_each_text_once(tmp_path: Path) -> No
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(2), ctx.Queue()
     procs = [
-        ctx.Process(target=_embed_in_child, args=(str(cache), TEXTS, start, out))
-        for _ in range(2)
+        ctx.Process(target=_embed_in_child, args=(str(cache), TEXTS, start, out)) for _ in range(2)
     ]
     for p in procs:
         p.start()
