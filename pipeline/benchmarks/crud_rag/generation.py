@@ -224,5 +224,20 @@ def offline(
             "crud_rag", ctx.item.item_id, model, system, ctx.setting.name, text, m
         )
 
+    jobs = context_jobs(section, items, corpus)
+    warm(jobs, rank_of)
     # each retrieval and answer on its own: on every core, in the order of `contexts`
-    return fork_map(one, context_jobs(section, items, corpus))
+    return fork_map(one, jobs)
+
+
+def warm(jobs: Sequence[Job], rank_of: RankOf = no_ranking) -> None:
+    """Build here what the jobs' retrievals will read (each index's BM25 index or chunk
+    vectors, jieba's dictionary for the queries), so the processes `fork_map` starts share it
+    instead of each building its own."""
+    needs: dict[int, tuple[Index, set[str]]] = {}
+    for s, item, index in jobs:
+        if index is None or s.knobs is None or rank_of(s.knobs, item) is not None:
+            continue
+        needs.setdefault(id(index), (index, set()))[1].add(s.knobs.retriever)
+    for index, retrievers in needs.values():
+        index.prepare(retrievers)

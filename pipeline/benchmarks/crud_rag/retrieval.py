@@ -74,6 +74,17 @@ class Index:
             self._bm25.index(corpus, show_progress=False)
         return self._bm25
 
+    def prepare(self, retrievers: set[str]) -> None:
+        """Build now what these retrievers read (the BM25 index and jieba's dictionary for
+        the queries, the chunk vectors): a process that forks afterwards shares them."""
+        if retrievers & {"bm25", "hybrid"}:
+            self._bm25_index()
+            T.words("")  # jieba's dictionary, loaded at its first text
+        if retrievers & {"dense", "hybrid"} and self._vectors is None:
+            from pipeline.retrieval.dense import embed
+
+            self._vectors = np.asarray(embed(self.chunks))
+
     def bm25(self, query: str) -> np.ndarray:
         index = self._bm25_index()
         q = [w for w in T.words(query) if w in self._vocab]
@@ -84,8 +95,7 @@ class Index:
     def dense(self, query: str) -> np.ndarray:
         from pipeline.retrieval.dense import embed
 
-        if self._vectors is None:
-            self._vectors = np.asarray(embed(self.chunks))
+        self.prepare({"dense"})
         q = np.asarray(embed([query]))[0]
         return np.asarray(self._vectors @ q, dtype=float)
 
