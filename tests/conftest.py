@@ -150,7 +150,7 @@ def dvc_workspace(path: Path, remote: Path | None = None) -> Path:
 
 def run_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `run` gives a command (the venv's programs first, no MLflow URI from
-    outside, the shared embedding and segment caches), with `env` on top."""
+    outside, the shared embedding cache), with `env` on top."""
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     full_env.pop("MLFLOW_TRACKING_URI", None)
     # Project copies share this checkout's MiniLM vectors (content-addressed, quantised: the
@@ -158,11 +158,6 @@ def run_env(env: dict[str, str] | None = None) -> dict[str, str]:
     # 27,000 texts in every copy.
     full_env.setdefault(
         "LFBENCH_EMBEDDING_CACHE", str(ROOT / ".lfbench" / "cache" / "embeddings.sqlite")
-    )
-    # and its CRUD-RAG corpus segmentation (jieba's words: a pure function of the text), so
-    # each copy's generate and retrieval stages do not cut the 1,328 news texts again
-    full_env.setdefault(
-        "LFBENCH_SEGMENT_CACHE", str(ROOT / ".lfbench" / "cache" / "crud_rag-segments.sqlite")
     )
     if env:
         full_env.update(env)

@@ -123,9 +123,13 @@ def test_claims_of_an_ended_or_silent_owner_are_taken_over(tmp_path: Path) -> No
     cache.close()
 
 
+SLOW = [f"slow text {i}" for i in range(400)]
+
+
 def _embed_forever(path: str) -> None:
     os.environ[E.ENV_WORKERS] = "1"
-    Embedder(Path(path), chunk=4).embed([f"slow text {i}" for i in range(400)])
+    # chunks of 100: one batch claims all 400 texts, so its claims stay until it ends
+    Embedder(Path(path), chunk=100).embed(SLOW)
 
 
 def test_a_killed_process_leaves_claims_that_the_next_takes_over_at_once(tmp_path: Path) -> None:
@@ -135,11 +139,11 @@ def test_a_killed_process_leaves_claims_that_the_next_takes_over_at_once(tmp_pat
     proc.start()
     deadline = time.monotonic() + 120
     stored = 0
-    while time.monotonic() < deadline and stored < 8:
-        time.sleep(0.2)
+    while time.monotonic() < deadline and stored < 100:
+        time.sleep(0.05)
         with sqlite3.connect(path) as conn:
             stored = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
-    assert stored >= 8
+    assert 100 <= stored < len(SLOW), stored  # killed after its first chunk, before its last
     assert proc.pid is not None
     os.kill(proc.pid, signal.SIGKILL)
     proc.join()
@@ -148,7 +152,7 @@ def test_a_killed_process_leaves_claims_that_the_next_takes_over_at_once(tmp_pat
     os.environ[E.ENV_WORKERS] = "1"
     try:
         emb = Embedder(path, chunk=4)
-        texts = [f"slow text {i}" for i in range(400)]
+        texts = SLOW
         started = time.monotonic()
         emb.embed(texts[:40])
         # its claims did not make this one wait for a lease to run out
