@@ -37,7 +37,6 @@ import hashlib
 import logging
 import os
 import secrets
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -50,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
+from pipeline.core import procs
 from pipeline.core.progress import Ticker
 from pipeline.local_judge import encoder_onnx
 from pipeline.local_judge.encoder_onnx import default_cache_path as default_cache_path
@@ -192,32 +192,10 @@ class EmbeddingCache:
         self._conn.close()
 
 
-@lru_cache(maxsize=1)
-def _boot_and_pid_ns() -> str:
-    """This machine's boot and this process's pid namespace (Linux): where a pid means the same
-    process; elsewhere a random token (claims then end by their lease only)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
-        return f"{boot}:{Path('/proc/self/ns/pid').stat().st_ino}"
-    except OSError:
-        return f"{socket.gethostname()}:{secrets.token_hex(8)}"
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot (Linux), None if there is no such
-    process (or no /proc)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
 def owner_id() -> str:
-    """Who claims: where (`_boot_and_pid_ns`), which process and when it started, and a nonce
-    (two Embedders of one process are two owners)."""
-    pid = os.getpid()
-    return f"{_boot_and_pid_ns()}/{pid}/{_start_time(pid)}/{secrets.token_hex(4)}"
+    """Who claims: this process (`procs.this_process`) and a nonce (two Embedders of one process
+    are two owners)."""
+    return f"{procs.this_process()}/{secrets.token_hex(4)}"
 
 
 def _owner_alive(owner: str, at: float, now: float) -> bool:
@@ -225,10 +203,7 @@ def _owner_alive(owner: str, at: float, now: float) -> bool:
     this one can see, that process still running."""
     if now - at > CLAIM_LEASE_S:
         return False
-    where, pid, started = [*owner.split("/"), "", ""][:3]
-    if where != _boot_and_pid_ns() or not pid.isdigit():
-        return True  # another machine, container or system: its lease decides
-    return _start_time(int(pid)) == started
+    return procs.process_gone(owner.rpartition("/")[0]) is not True
 
 
 class Embedder:

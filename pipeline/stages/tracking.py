@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import procs
 from pipeline.core.drawing import Plot, draw_all, drawn
 from pipeline.core.io import canonical_json
 from pipeline.llm.cache import redact
@@ -556,37 +557,9 @@ def _sync_one(
     return report
 
 
-def _proc_start(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot, /proc/PID/stat), None if it is gone (or
-    there is no /proc): with the PID it names one process of one boot."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _writer() -> str:
-    """This process, as a pending run records it: `boot id/PID namespace/PID/start time`, or
-    "unknown" where /proc does not say (another OS: such runs are judged by age only)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
-        pidns = str(Path("/proc/self/ns/pid").readlink())
-    except OSError:
-        return "unknown"
-    start = _proc_start(os.getpid())
-    return "unknown" if start is None else f"{boot}/{pidns}/{os.getpid()}/{start}"
-
-
-def _writer_gone(writer: str) -> bool | None:
-    """Whether the process that wrote a pending run has ended: True or False when it ran on this
-    boot of this machine in this PID namespace, None when that cannot be checked from here."""
-    mine = _writer()
-    parts, here = writer.split("/"), mine.split("/")
-    if len(parts) != 4 or len(here) != 4 or parts[:2] != here[:2]:
-        return None
-    pid, start = parts[2], parts[3]
-    return not pid.isdigit() or _proc_start(int(pid)) != start
+_proc_start = procs.start_time
+_writer = procs.this_process
+_writer_gone = procs.process_gone
 
 
 def _clean_abandoned(client: Any, exp_id: str, *, locked: bool) -> int:

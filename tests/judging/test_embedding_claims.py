@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pipeline.core import procs
 from pipeline.local_judge import embeddings as E
 from pipeline.local_judge.embeddings import Embedder, EmbeddingCache, encode_texts, text_key
 
@@ -104,11 +105,11 @@ def test_claims_of_an_ended_or_silent_owner_are_taken_over(tmp_path: Path) -> No
     path = tmp_path / "c.sqlite"
     cache = EmbeddingCache(path)
     keys = [text_key(t) for t in TEXTS[:10]]
-    here = E._boot_and_pid_ns()
+    boot, pidns = procs.this_process().split("/")[:2]
     # a process of this machine that has ended (no such start time), one of another machine
     # that renewed its claim just now, and one whose claim is older than the lease
-    ended = f"{here}/{os.getpid()}/0/dead"
-    elsewhere = "another-host:1/42/7/x"
+    ended = f"{boot}/{pidns}/{os.getpid()}/0/dead"
+    elsewhere = "another-host/ns:[1]/42/7/x"
     now = time.time()
     with sqlite3.connect(path) as conn:
         conn.executemany(

@@ -1,0 +1,45 @@
+"""Which process: a key that names one process of one boot of one machine, and whether it ended.
+
+`this_process()` is `boot id/PID namespace/PID/start time` (from /proc), or "unknown" where /proc
+does not say (another OS). `process_gone(key)` is True or False for a process of this boot of
+this machine in this PID namespace, None when that cannot be checked from here (another host, a
+container, another OS): the caller then falls back on an age or a lease. Used by the MLflow
+sync's pending runs (`pipeline.stages.tracking`) and the embedding cache's claims
+(`pipeline.local_judge.embeddings`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat), None if it is gone (or
+    there is no /proc): with the PID it names one process of one boot."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def this_process() -> str:
+    """This process: `boot id/PID namespace/PID/start time`, or "unknown"."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        pidns = str(Path("/proc/self/ns/pid").readlink())
+    except OSError:
+        return "unknown"
+    start = start_time(os.getpid())
+    return "unknown" if start is None else f"{boot}/{pidns}/{os.getpid()}/{start}"
+
+
+def process_gone(key: str) -> bool | None:
+    """Whether the process `key` names has ended: True or False when it ran on this boot of
+    this machine in this PID namespace, None when that cannot be checked from here."""
+    parts, here = key.split("/"), this_process().split("/")
+    if len(parts) != 4 or len(here) != 4 or parts[:2] != here[:2]:
+        return None
+    pid, start = parts[2], parts[3]
+    return not pid.isdigit() or start_time(int(pid)) != start
