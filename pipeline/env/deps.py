@@ -3,9 +3,11 @@
 DVC re-runs a stage when one of its declared dependencies changes, so every project module a
 stage can execute must lie under one of them. A stage's code is the import closure of
 
-- the module-level imports of `pipeline/cli.py` and `pipeline/stages/commands.py` (the command
-  line every stage goes through: `lfbench run`, then `lfbench stage <verb>`; their
-  function-level imports serve other commands, or choose the runtime),
+- the module-level imports of `pipeline/stages/launch.py`, `pipeline/cli.py` and
+  `pipeline/stages/commands.py` (the command line every stage goes through: the `lfbench`
+  entry point, which may hand the process to the warm stage server, `lfbench run`, then
+  `lfbench stage <verb>`; their function-level imports serve other commands, or choose the
+  runtime),
 - the stage module its verb names (`lfbench run judge` -> `pipeline/stages/judge.py`),
 - the benchmark package its `--benchmark` names (the registry imports only that one),
 
@@ -40,8 +42,9 @@ STAGE_MODULES = {
     "agreement": "pipeline.stages.agreement",
     "train-local-judge": "pipeline.stages.train_judge",
 }
-# The command line every stage goes through (`lfbench run`, then `lfbench stage <verb>`).
-COMMAND_LINE = (f"{PACKAGE}.cli", f"{PACKAGE}.stages.commands")
+# The command line every stage goes through (the entry point, `lfbench run`, then `lfbench
+# stage <verb>`).
+COMMAND_LINE = (f"{PACKAGE}.stages.launch", f"{PACKAGE}.cli", f"{PACKAGE}.stages.commands")
 # Folders a stage depends on as a whole (a change anywhere in them re-runs it).
 FOLDERS = ("core", "stages", "llm_judge", "local_judge", "llm", "retrieval", "metrics", "data")
 

@@ -70,6 +70,7 @@ _HEADER = struct.Struct("!Q")
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
 
 _enabled = False
+_warm_here = False  # set in a child of the warm stage server (pipeline.stages.warm_stage)
 T = TypeVar("T")
 
 
@@ -87,6 +88,7 @@ def _wanted() -> bool:
         and os.environ.get(ENV_SWITCH, "1") != "0"
         and os.environ.get(ENV_RUNTIME, "local") == "local"
         and sys.platform == "linux"  # fork without exec is not safe on macOS
+        and not _warm_here  # a stage forked from the warm stage server has MLflow imported
     )
 
 

@@ -8,6 +8,7 @@ and were kept, and writes no output."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.stages import warm_stage
 from pipeline.testing.server import TestServer
-from tests.conftest import ROOT, make_project, run, run_env
+from tests.conftest import BIN, ROOT, make_project, run, run_env
 
 ITEMS = 6  # one oracle request each, two at a time
 LATENCY_MS = 3000
@@ -149,3 +151,66 @@ def test_the_grace_time_must_be_a_number() -> None:
     for bad in ("-1", "soon", "nan", "inf"):
         with pytest.raises(ConfigError, match="LFBENCH_INTERRUPT_GRACE_S"):
             interrupt_grace_s({"LFBENCH_INTERRUPT_GRACE_S": bad})
+
+
+# ---------------------------------------------------------------- the warm stage server
+
+
+def _warm_log(env: dict[str, str], cwd: Path) -> list[str]:
+    """The warm stage server's log lines of the stages it ran in folder `cwd`."""
+    folder = Path(env.get("TMPDIR", "/tmp")) / f"lfbench-{os.getuid()}"
+    text = "\n".join(p.read_text(errors="replace") for p in folder.glob("stage-*.log"))
+    return [ln for ln in text.splitlines() if ln.endswith(f" in {cwd}")]
+
+
+def _warm_server_up(env: dict[str, str], cwd: Path) -> None:
+    """Until a stage command runs in the server (the first caller starts it, runs itself)."""
+    deadline = time.monotonic() + 120
+    before = len(_warm_log(env, cwd))
+    while len(_warm_log(env, cwd)) == before:
+        subprocess.run([str(BIN / "lfbench"), "stage", "--help"], cwd=cwd, env=env,
+                       capture_output=True)  # fmt: skip
+        assert time.monotonic() < deadline, "no warm stage server started"
+        time.sleep(0.3)
+
+
+def _alive(pid: int) -> bool:
+    """Not a zombie (a dead child's /proc entry may linger a moment)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_a_killed_stage_process_in_the_warm_server_takes_its_stage_down(built: Path) -> None:
+    """`lfbench run` SIGKILLed with its group (as when `dvc repro` is killed) while its stage
+    runs in a child of the warm stage server (pipeline/stages/warm_stage.py): the child and all
+    it started end at once, and nothing more is sent."""
+    env = run_env({warm_stage.ENV_SWITCH: "1"})
+    env.pop("LFBENCH_RUNTIME", None)
+    _warm_server_up(env, built)
+    with TestServer(latency_ms=1500, cwd=ROOT) as srv:
+        argv = _model(built, "killed", srv.base_url)
+        proc = subprocess.Popen(
+            argv, cwd=built, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a group of its own, killed whole as dvc repro's would be
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while sum(r["served"] for r in srv.log()) < 2:  # the stage is sending
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        line = [ln for ln in _warm_log(env, built) if "run generate" in ln][-1]
+        stage_pid = int(line.split()[1].rstrip(":"))  # a child of the server, not `proc`
+        assert stage_pid != proc.pid and _alive(stage_pid)
+        killed_at = time.time()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gone = time.monotonic() + 5
+        while _alive(stage_pid):
+            assert time.monotonic() < gone, "the stage outlived its caller"
+            time.sleep(0.05)
+        time.sleep(LATENCY_MS / 1000 + 1.0)  # a stage still alive would send its next ones
+        late = [r for r in srv.log() if r["time"] > killed_at]
+    assert not late, "requests were sent after the caller was killed"
+    assert not (built / "generations" / "summhay" / "killed.jsonl").exists()

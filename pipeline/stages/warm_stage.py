@@ -1,0 +1,488 @@
+"""A whole stage process forked from a warm one: `lfbench run|stage` without its imports.
+
+Every dvc.yaml stage is a new `lfbench run` process, and before its work each one imports the
+CLI, the params models and the benchmark packages, and, depending on the stage, SciPy, bm25s,
+NLTK's BLEU or MLflow: 0.6-3 CPU-seconds of a stage that often does less work than that. So
+`lfbench run|stage` (`pipeline.stages.launch`) first asks a warm server, which has imported all of
+them once, to fork a child that *is* the stage process: it takes the caller's standard input,
+output and error (the file descriptors themselves), its arguments, environment, folder, umask
+and `sys.path`, runs `pipeline.cli.main` and exits with the stage's status, which the caller
+then exits with (a stage killed by a signal: the caller re-raises that signal on itself).
+
+- **The caller stands in for the stage.** SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 sent to
+  it are sent on to the stage's process group (what a Ctrl-C or a `kill` of the group would
+  reach); a caller that dies (SIGKILL) takes the whole group down at once: nothing the stage
+  started outlives it. The caller's own CPU is an interpreter's start (about 0.05 s).
+- **One server per code** (`code_key`): the Python, the installed packages (each `sys.path`
+  folder's listing), `sys.path`, every file of `pipeline/` (path, size, mtime) and the variables
+  modules read at import (`warm_sync.IMPORT_ENV`). An edit or an install names another server;
+  the old one ends when it has been idle for `IDLE_S`. Its socket is in a folder only this user
+  can enter (`warm_sync.socket_dir`).
+- **Anything wrong runs the stage in the caller**, as before: no server yet (the first caller
+  starts one and runs its own stage meanwhile), a server still importing, a child that could not
+  take the request. Once the child runs the stage, its status is the caller's.
+- **Only where the warm sync runs**: Linux (fork without exec), the local runtime (not inside a
+  container), and not when `LFBENCH_WARM_STAGES=0` (every stage in its own process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import pickle
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from pipeline.stages import warm_sync
+
+ENV_SWITCH = "LFBENCH_WARM_STAGES"  # "0": each stage imports what it needs itself
+# `pipeline.core.lineage.ENV_RUNTIME` (set inside a stage's container), not imported: the caller
+# imports nothing it does not need (tests/stages/test_warm_stage.py checks they are the same)
+ENV_RUNTIME = "LFBENCH_RUNTIME"
+IDLE_S = 120.0  # the server ends after this long with no stage running and no request
+# Imported once by the server: what the stages import before and during their work.
+PRELOAD = (
+    "pipeline.cli",
+    "pipeline.stages.construct",
+    "pipeline.stages.retrieve",
+    "pipeline.stages.generate",
+    "pipeline.stages.judge",
+    "pipeline.stages.train_judge",
+    "pipeline.stages.aggregate",
+    "pipeline.stages.agreement",
+    "pipeline.stages.tracking",
+    "pipeline.env.runtime",
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "scipy.stats",
+    "scipy.sparse",
+    "bm25s",
+    "nltk.translate.bleu_score",
+)
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+_HEADER = struct.Struct("!Q")
+
+
+def wanted(argv: list[str]) -> bool:
+    """Whether this `lfbench` command line may run in a child of the warm server."""
+    return (
+        argv[1:2] in (["run"], ["stage"])
+        and os.environ.get(ENV_SWITCH, "1") != "0"
+        and os.environ.get(ENV_RUNTIME, "local") == "local"
+        and sys.platform == "linux"
+        and hasattr(os, "pidfd_open")
+    )
+
+
+def code_key(env: dict[str, str] | None = None) -> str:
+    """What a server must share with its caller to stand in for its process."""
+    import pipeline
+
+    h = hashlib.sha256()
+    h.update(f"{sys.executable}\0{sys.version}\0".encode())
+    for entry in sys.path:
+        h.update(f"{entry}\0".encode())
+        with contextlib.suppress(OSError):
+            # an install or removal adds or drops a name here (a .dist-info folder)
+            h.update(f"{Path(entry or '.').stat().st_mtime_ns}\0".encode())
+    package = Path(pipeline.__file__).resolve().parent
+    for path in sorted(package.rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    source = os.environ if env is None else env
+    for k, v in warm_sync._import_env(dict(source)).items():
+        h.update(f"{k}={v}\0".encode())
+    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH"):
+        h.update(f"{k}={source.get(k, '')}\0".encode())
+    return h.hexdigest()[:20]
+
+
+# ---------------------------------------------------------------- the caller
+
+
+def _streams() -> dict[str, dict[str, Any]]:
+    """How this interpreter set up its standard streams (from the locale, PYTHONIOENCODING,
+    PYTHONUNBUFFERED and whether each is a terminal): the child sets up its own alike."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("stdin", "stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, io.TextIOWrapper):
+            out[name] = {
+                "encoding": stream.encoding,
+                "errors": stream.errors,
+                "line_buffering": stream.line_buffering,
+                "write_through": stream.write_through,
+            }
+    return out
+
+
+def run_in_server(argv: list[str]) -> int | None:
+    """Run this stage command in a child of the warm server and return its exit status (a
+    signal's death is re-raised here); None when the caller must run it itself."""
+    folder = warm_sync.socket_dir()
+    if folder is None:
+        return None
+    key = code_key()
+    path = folder / f"stage-{key}.sock"
+    if len(os.fsencode(path)) > warm_sync._SOCKET_PATH_MAX:
+        return None
+    fds = [0, 1, 2]
+    try:
+        for fd in fds:
+            os.fstat(fd)
+    except OSError:
+        return None  # a closed standard stream: nothing to hand over
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        _start_server(path, key)
+        return None
+    umask = os.umask(0o022)
+    os.umask(umask)
+    request = {
+        "argv": list(argv),
+        "env": dict(os.environ),
+        "cwd": str(Path.cwd()),
+        "umask": umask,
+        "path": list(sys.path),
+        "streams": _streams(),
+        "cgroups": _cgroups(),
+    }
+    data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+    sent: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        sent.append(signum)
+        with contextlib.suppress(OSError):
+            conn.sendall(bytes([signum]))
+
+    with conn:
+        try:
+            socket.send_fds(conn, [_HEADER.pack(len(data))], fds)
+            conn.sendall(data)
+            previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+            try:
+                status, value = warm_sync._recv(conn)
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        except (OSError, ConnectionError, EOFError, pickle.UnpicklingError) as e:
+            if not sent:  # before the child ran anything it could not have started: here
+                return None if _refused(e) else _lost(path, e)
+            return _lost(path, e)
+    if status == "here":  # the child could not take it: nothing of the stage ran there
+        return None
+    code = os.waitstatus_to_exitcode(int(value))
+    if code < 0:  # killed by a signal: so is its stand-in
+        sys.stdout.flush()
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def _refused(e: BaseException) -> bool:
+    return isinstance(e, ConnectionRefusedError | BrokenPipeError | ConnectionResetError)
+
+
+def _lost(path: Path, e: BaseException) -> int:
+    print(
+        f"error: the warm stage server {path.name} ended before the stage did ({e});"
+        f" run it again, or set {ENV_SWITCH}=0 to run each stage in its own process",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _cgroups() -> list[str]:
+    """This process's cgroups (/proc/self/cgroup): the child joins them, so what it spends is
+    counted where the caller's would be (a container's limits, a per-test accounting)."""
+    try:
+        return Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _join_cgroups(lines: list[str]) -> None:
+    mine = set(_cgroups())
+    for line in lines:
+        if line in mine:
+            continue
+        _, controllers, group = line.split(":", 2)
+        if controllers.startswith("name="):
+            continue
+        base = Path("/sys/fs/cgroup", controllers) if controllers else Path("/sys/fs/cgroup")
+        with contextlib.suppress(OSError):
+            (base / group.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def _start_server(path: Path, key: str) -> None:
+    """Start the server of this code in the background (it exits at once if another holds
+    its lock); its own log beside its socket."""
+    import pipeline
+
+    env = {k: os.environ[k] for k in warm_sync._BASE_ENV if k in os.environ}
+    env |= warm_sync._import_env(dict(os.environ))
+    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        with path.with_suffix(".log").open("ab") as err:
+            subprocess.Popen(
+                [sys.executable, "-m", "pipeline.stages.warm_stage", str(path), key],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd="/",
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- the server
+
+
+def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
+    """Listen on `path` until idle for `idle_s` (or until its socket is replaced), forking a
+    child per stage and sending each caller its child's wait status. Returns at once if another
+    server of this key holds the lock."""
+    lock = path.with_suffix(".lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    path.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))  # callers meanwhile are refused and run their stages themselves
+    path.chmod(0o600)
+    ino = path.stat().st_ino
+    _preload()
+    server.listen(64)
+    sel = selectors.DefaultSelector()
+    sel.register(server, selectors.EVENT_READ, None)
+    running: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the caller's socket)
+    last = time.monotonic()
+    try:
+        while True:
+            for sk, _ in sel.select(timeout=1.0):
+                if sk.data is None:
+                    conn, _ = server.accept()
+                    pid = os.fork()
+                    if pid == 0:
+                        _child(conn, [server.fileno(), lock.fileno(), sel, running])
+                    pidfd = os.pidfd_open(pid)
+                    running[pidfd] = (pid, conn)
+                    sel.register(pidfd, selectors.EVENT_READ, pid)
+                else:
+                    _reaped(sk.fd, running, sel)
+                last = time.monotonic()
+            try:
+                if path.stat().st_ino != ino:
+                    break  # another server's socket, or the folder was cleaned
+            except OSError:
+                break
+            if not running and time.monotonic() - last > idle_s:
+                break
+    finally:
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == ino:
+                path.unlink()
+        sel.unregister(server)
+        server.close()
+        while running:  # the stages running still get their status
+            for sk, _ in sel.select():
+                _reaped(sk.fd, running, sel)
+
+
+def _preload() -> None:
+    import importlib
+
+    for module in PRELOAD:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a module that fails here fails in the stage, named
+            traceback.print_exc()
+    with contextlib.suppress(Exception):
+        from pipeline.core import registry
+
+        registry.load_all()  # a broken package is the stage's error, raised there
+
+
+def _reaped(pidfd: int, running: dict[int, tuple[int, socket.socket]], sel: Any) -> None:
+    pid, conn = running.pop(pidfd)
+    sel.unregister(pidfd)
+    os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    with conn, contextlib.suppress(OSError):
+        warm_sync._send(conn, ("exit", status))
+
+
+# ---------------------------------------------------------------- the child
+
+
+def _child(conn: socket.socket, inherited: list[Any]) -> None:
+    """In the forked child: become the caller's stage process, run it, exit with its status."""
+    code = 1
+    try:
+        server_fd, lock_fd, sel, running = inherited
+        sel.close()
+        for fd, (_, other) in running.items():
+            os.close(fd)
+            other.close()
+        os.close(server_fd)
+        os.close(lock_fd)
+        os.setpgid(0, 0)  # the stage and what it starts: one group, signalled as one
+        try:
+            request = _take_request(conn)
+        except Exception as e:  # noqa: BLE001 - nothing ran: the caller runs it
+            with contextlib.suppress(OSError):
+                warm_sync._send(conn, ("here", f"{type(e).__name__}: {e}"))
+            os._exit(0)
+        threading.Thread(target=_watch_caller, args=(conn,), daemon=True).start()
+        code = _run_stage(request)
+    except BaseException:  # noqa: BLE001 - nothing may return into the server's loop
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _take_request(conn: socket.socket) -> dict[str, Any]:
+    msg, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+    if len(msg) != _HEADER.size or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError("the caller's standard streams did not arrive")
+    (size,) = _HEADER.unpack(msg)
+    request: dict[str, Any] = pickle.loads(warm_sync._recv_exact(conn, size))
+    # the server's log (this process's stderr until the caller's takes its place): what ran
+    line = f"{time.strftime('%H:%M:%S')} {os.getpid()}: {' '.join(request['argv'][1:3])}"
+    os.write(2, f"{line} in {request['cwd']}\n".encode(errors="replace"))
+    os.chdir(request["cwd"])
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    return request
+
+
+def _watch_caller(conn: socket.socket) -> None:
+    """Signals the caller received go to the stage's group; the caller gone ends the group."""
+    while True:
+        try:
+            data = conn.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            os.killpg(0, signal.SIGKILL)
+            return
+        for signum in data:
+            with contextlib.suppress(OSError):
+                os.killpg(0, signum)
+
+
+def _run_stage(request: dict[str, Any]) -> int:
+    import tempfile
+
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.umask(request["umask"])
+    sys.argv[:] = request["argv"]
+    sys.path[:] = request["path"]
+    tempfile.tempdir = None  # read TMPDIR again
+    # a script's __main__, not this server's module: click names the program from it
+    # (`lfbench stage`, not `python -m ...`), multiprocessing's spawn re-imports none
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if name in request["streams"]:
+            stream = _std_stream(fd, request["streams"][name])
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+    _join_cgroups(request["cgroups"])
+    warm_sync._warm_here = True  # MLflow is imported here: a sync has nothing to gain there
+    code = 0
+    try:
+        from pipeline.cli import main
+
+        main()
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # as an interpreter ends on an uncaught Ctrl-C
+    except BaseException:  # noqa: BLE001 - as the interpreter: the traceback, status 1
+        traceback.print_exc()
+        code = 1
+    _finish()
+    return code
+
+
+def _std_stream(fd: int, conf: dict[str, Any]) -> io.TextIOWrapper:
+    """A standard stream on `fd` set up as the caller's interpreter set up its own."""
+    mode = "rb" if fd == 0 else "wb"
+    unbuffered = fd != 0 and conf["write_through"]
+    buffer: Any = open(fd, mode, buffering=0 if unbuffered else -1, closefd=False)  # noqa: SIM115
+    return io.TextIOWrapper(buffer, **conf)
+
+
+def _exit_code(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    print(value, file=sys.stderr)
+    return 1
+
+
+def _finish() -> None:
+    """What an interpreter does on its way out: wait for its threads, run the exit handlers
+    (logging's, multiprocessing's, the stage's own), flush its streams."""
+    import atexit
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover - started by `_start_server`
+    serve(Path(sys.argv[1]), sys.argv[2])
