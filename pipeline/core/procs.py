@@ -1,6 +1,9 @@
 """Which process: a key that names one process of one boot of one machine, and whether it ended.
 
-`this_process()` is `boot id/PID namespace/PID/start time` (from /proc), or "unknown" where /proc
+`parent_pid()` is the process that started this one: its own parent, or, in a stage forked from
+the warm stage server (`pipeline.stages.warm_stage`), the parent of the caller it stands in for
+(the `dvc repro` that ran the stage, not the server). `this_process()` is `boot id/PID
+namespace/PID/start time` (from /proc), or "unknown" where /proc
 does not say (another OS). `process_gone(key)` is True or False for a process of this boot of
 this machine in this PID namespace, None when that cannot be checked from here (another host, a
 container, another OS): the caller then falls back on an age or a lease. Used by the MLflow
@@ -12,6 +15,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+_stand_in_parent: int | None = None
+
+
+def parent_pid() -> int:
+    """The process that started this one (as `os.getppid`), the warm stage server's caller's
+    parent in a stage the server forked (`stand_in_for`)."""
+    return os.getppid() if _stand_in_parent is None else _stand_in_parent
+
+
+def stand_in_for(caller_parent: int) -> None:
+    """This process runs a stage for a caller whose parent is `caller_parent`."""
+    global _stand_in_parent
+    _stand_in_parent = caller_parent
 
 
 def start_time(pid: int) -> str | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
+from pipeline.core import procs
 from pipeline.core.errors import INTERRUPT_GRACE_ENV, LfbenchError, interrupt_grace_s
 from pipeline.core.io import write_json
 from pipeline.core.lineage import (
@@ -145,15 +146,6 @@ def decide(
     }
 
 
-def _proc_start(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot): with the pid, a unique process key."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
 def _parent(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
@@ -170,16 +162,16 @@ def repro_key() -> str:
     named = os.environ.get("LFBENCH_REPRO_KEY", "").strip()
     if named and named.replace("-", "").isalnum():
         return named
-    pid: int | None = os.getppid()
+    pid: int | None = procs.parent_pid()  # the caller's, in a stage of the warm server
     while pid is not None:
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             break
         if any(Path(a.decode(errors="replace")).name == "dvc" for a in argv[:3]):
-            return f"{pid}-{_proc_start(pid)}"
+            return f"{pid}-{procs.start_time(pid)}"
         pid = _parent(pid)
-    return f"{os.getpid()}-{_proc_start(os.getpid())}"
+    return f"{os.getpid()}-{procs.start_time(os.getpid())}"
 
 
 def memo_path(root: Path, recipe: Mapping[str, Any], requested: str) -> Path:

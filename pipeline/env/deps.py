@@ -3,7 +3,7 @@
 DVC re-runs a stage when one of its declared dependencies changes, so every project module a
 stage can execute must lie under one of them. A stage's code is the import closure of
 
-- the module-level imports of `pipeline/stages/launch.py`, `pipeline/cli.py` and
+- the module-level imports of `pipeline/launch.py`, `pipeline/cli.py` and
   `pipeline/stages/commands.py` (the command line every stage goes through: the `lfbench`
   entry point, which may hand the process to the warm stage server, `lfbench run`, then
   `lfbench stage <verb>`; their function-level imports serve other commands, or choose the
@@ -44,7 +44,7 @@ STAGE_MODULES = {
 }
 # The command line every stage goes through (the entry point, `lfbench run`, then `lfbench
 # stage <verb>`).
-COMMAND_LINE = (f"{PACKAGE}.stages.launch", f"{PACKAGE}.cli", f"{PACKAGE}.stages.commands")
+COMMAND_LINE = (f"{PACKAGE}.launch", f"{PACKAGE}.cli", f"{PACKAGE}.stages.commands")
 # Folders a stage depends on as a whole (a change anywhere in them re-runs it).
 FOLDERS = ("core", "stages", "llm_judge", "local_judge", "llm", "retrieval", "metrics", "data")
 

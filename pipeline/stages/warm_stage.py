@@ -3,32 +3,35 @@
 Every dvc.yaml stage is a new `lfbench run` process, and before its work each one imports the
 CLI, the params models and the benchmark packages, and, depending on the stage, SciPy, bm25s,
 NLTK's BLEU or MLflow: 0.6-3 CPU-seconds of a stage that often does less work than that. So
-`lfbench run|stage` (`pipeline.stages.launch`) first asks a warm server, which has imported all of
+`lfbench run|stage` (`pipeline.launch`) first asks a warm server, which has imported all of
 them once, to fork a child that *is* the stage process: it takes the caller's standard input,
 output and error (the file descriptors themselves), its arguments, environment, folder, umask
-and `sys.path`, runs `pipeline.cli.main` and exits with the stage's status, which the caller
-then exits with (a stage killed by a signal: the caller re-raises that signal on itself).
+and `sys.path`, runs the entry point its caller names (`pipeline.cli:main`) and exits with
+the stage's status, which the caller then exits with (a stage killed by a signal: the caller
+re-raises that signal on itself).
 
 - **The caller stands in for the stage.** SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 sent to
   it are sent on to the stage's process group (what a Ctrl-C or a `kill` of the group would
   reach); a caller that dies (SIGKILL) takes the whole group down at once: nothing the stage
   started outlives it. The caller's own CPU is an interpreter's start (about 0.05 s).
-- **One server per code** (`code_key`): the Python, the installed packages (each `sys.path`
-  folder's listing), `sys.path`, every file of `pipeline/` (path, size, mtime) and the variables
-  modules read at import (`warm_sync.IMPORT_ENV`). An edit or an install names another server;
-  the old one ends when it has been idle for `IDLE_S`. Its socket is in a folder only this user
-  can enter (`warm_sync.socket_dir`).
+- **One server per code** (`code_key`): the Python, the installed distributions (the
+  `.dist-info` names of each `sys.path` folder), `sys.path`, every file of `pipeline/` (path,
+  size, mtime) and the variables modules read at import (`warm_sync.IMPORT_ENV`). An edit or an
+  install names another server; the old one ends when it has been idle for `IDLE_S`. Its socket
+  is in a folder only this user can enter (`warm_sync.socket_dir`).
 - **Anything wrong runs the stage in the caller**, as before: no server yet (the first caller
   starts one and runs its own stage meanwhile), a server still importing, a child that could not
   take the request. Once the child runs the stage, its status is the caller's.
-- **Only where the warm sync runs**: Linux (fork without exec), the local runtime (not inside a
-  container), and not when `LFBENCH_WARM_STAGES=0` (every stage in its own process).
+- **Opt-in**: only with `LFBENCH_WARM_STAGES=1`, and only where the warm sync runs: Linux (fork
+  without exec) and the local runtime (not inside a container). Off, every stage is its own
+  process, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hashlib
 import io
 import os
@@ -48,14 +51,14 @@ from typing import Any
 
 from pipeline.stages import warm_sync
 
-ENV_SWITCH = "LFBENCH_WARM_STAGES"  # "0": each stage imports what it needs itself
+ENV_SWITCH = "LFBENCH_WARM_STAGES"  # "1": on; otherwise each stage imports what it needs itself
 # `pipeline.core.lineage.ENV_RUNTIME` (set inside a stage's container), not imported: the caller
 # imports nothing it does not need (tests/stages/test_warm_stage.py checks they are the same)
 ENV_RUNTIME = "LFBENCH_RUNTIME"
 IDLE_S = 120.0  # the server ends after this long with no stage running and no request
 # Imported once by the server: what the stages import before and during their work.
 PRELOAD = (
-    "pipeline.cli",
+    "pipeline.stages.commands",
     "pipeline.stages.construct",
     "pipeline.stages.retrieve",
     "pipeline.stages.generate",
@@ -87,7 +90,7 @@ def wanted(argv: list[str]) -> bool:
     """Whether this `lfbench` command line may run in a child of the warm server."""
     return (
         argv[1:2] in (["run"], ["stage"])
-        and os.environ.get(ENV_SWITCH, "1") != "0"
+        and os.environ.get(ENV_SWITCH, "0") == "1"
         and os.environ.get(ENV_RUNTIME, "local") == "local"
         and sys.platform == "linux"
         and hasattr(os, "pidfd_open")
@@ -103,8 +106,10 @@ def code_key(env: dict[str, str] | None = None) -> str:
     for entry in sys.path:
         h.update(f"{entry}\0".encode())
         with contextlib.suppress(OSError):
-            # an install or removal adds or drops a name here (a .dist-info folder)
-            h.update(f"{Path(entry or '.').stat().st_mtime_ns}\0".encode())
+            # the installed distributions and their versions (an install, an upgrade or a
+            # removal changes these names); not the folder's mtime, which any new file moves
+            for dist in sorted(Path(entry or ".").glob("*.dist-info")):
+                h.update(f"{dist.name}\0".encode())
     package = Path(pipeline.__file__).resolve().parent
     for path in sorted(package.rglob("*")):
         if "__pycache__" in path.parts or not path.is_file():
@@ -138,9 +143,11 @@ def _streams() -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_in_server(argv: list[str]) -> int | None:
-    """Run this stage command in a child of the warm server and return its exit status (a
-    signal's death is re-raised here); None when the caller must run it itself."""
+def run_in_server(argv: list[str], entry: str) -> int | None:
+    """Run this stage command (`entry`, "module:function", with `argv`) in a child of the warm
+    server and return its exit status (a signal's death is re-raised here); None when the
+    caller must run it itself. The server imports `entry`'s module when it starts: this layer
+    names no module above it."""
     folder = warm_sync.socket_dir()
     if folder is None:
         return None
@@ -159,15 +166,17 @@ def run_in_server(argv: list[str]) -> int | None:
         conn.connect(str(path))
     except OSError:
         conn.close()
-        _start_server(path, key)
+        _start_server(path, key, entry.partition(":")[0])
         return None
     umask = os.umask(0o022)
     os.umask(umask)
     request = {
         "argv": list(argv),
+        "entry": entry,
         "env": dict(os.environ),
         "cwd": str(Path.cwd()),
         "umask": umask,
+        "ppid": os.getppid(),
         "path": list(sys.path),
         "streams": _streams(),
         "cgroups": _cgroups(),
@@ -240,7 +249,7 @@ def _join_cgroups(lines: list[str]) -> None:
             (base / group.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
 
 
-def _start_server(path: Path, key: str) -> None:
+def _start_server(path: Path, key: str, preload: str) -> None:
     """Start the server of this code in the background (it exits at once if another holds
     its lock); its own log beside its socket."""
     import pipeline
@@ -255,7 +264,7 @@ def _start_server(path: Path, key: str) -> None:
     try:
         with path.with_suffix(".log").open("ab") as err:
             subprocess.Popen(
-                [sys.executable, "-m", "pipeline.stages.warm_stage", str(path), key],
+                [sys.executable, "-m", "pipeline.stages.warm_stage", str(path), key, preload],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -271,7 +280,7 @@ def _start_server(path: Path, key: str) -> None:
 # ---------------------------------------------------------------- the server
 
 
-def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
+def serve(path: Path, key: str, preload: str = "", idle_s: float = IDLE_S) -> None:
     """Listen on `path` until idle for `idle_s` (or until its socket is replaced), forking a
     child per stage and sending each caller its child's wait status. Returns at once if another
     server of this key holds the lock."""
@@ -288,7 +297,11 @@ def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
     server.bind(str(path))  # callers meanwhile are refused and run their stages themselves
     path.chmod(0o600)
     ino = path.stat().st_ino
-    _preload()
+    _preload(preload)
+    # what the imports made, out of the collector's reach: a child's collections would otherwise
+    # walk (and so write to, and copy) every page of it
+    gc.collect()
+    gc.freeze()
     server.listen(64)
     sel = selectors.DefaultSelector()
     sel.register(server, selectors.EVENT_READ, None)
@@ -301,7 +314,7 @@ def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
                     conn, _ = server.accept()
                     pid = os.fork()
                     if pid == 0:
-                        _child(conn, [server.fileno(), lock.fileno(), sel, running])
+                        _child(conn, server, lock, sel, running)
                     pidfd = os.pidfd_open(pid)
                     running[pidfd] = (pid, conn)
                     sel.register(pidfd, selectors.EVENT_READ, pid)
@@ -326,10 +339,10 @@ def serve(path: Path, key: str, idle_s: float = IDLE_S) -> None:
                 _reaped(sk.fd, running, sel)
 
 
-def _preload() -> None:
+def _preload(entry_module: str) -> None:
     import importlib
 
-    for module in PRELOAD:
+    for module in (*([entry_module] if entry_module else []), *PRELOAD):
         try:
             importlib.import_module(module)
         except Exception:  # noqa: BLE001 - a module that fails here fails in the stage, named
@@ -352,17 +365,22 @@ def _reaped(pidfd: int, running: dict[int, tuple[int, socket.socket]], sel: Any)
 # ---------------------------------------------------------------- the child
 
 
-def _child(conn: socket.socket, inherited: list[Any]) -> None:
+def _child(
+    conn: socket.socket,
+    server: socket.socket,
+    lock: Any,
+    sel: selectors.BaseSelector,
+    running: dict[int, tuple[int, socket.socket]],
+) -> None:
     """In the forked child: become the caller's stage process, run it, exit with its status."""
     code = 1
     try:
-        server_fd, lock_fd, sel, running = inherited
         sel.close()
-        for fd, (_, other) in running.items():
+        for fd, (_, other) in running.items():  # the other stages' callers: not this one's
             os.close(fd)
             other.close()
-        os.close(server_fd)
-        os.close(lock_fd)
+        server.close()
+        lock.close()
         os.setpgid(0, 0)  # the stage and what it starts: one group, signalled as one
         try:
             request = _take_request(conn)
@@ -434,11 +452,15 @@ def _run_stage(request: dict[str, Any]) -> int:
             setattr(sys, f"__{name}__", stream)
     _join_cgroups(request["cgroups"])
     warm_sync._warm_here = True  # MLflow is imported here: a sync has nothing to gain there
+    from pipeline.core import procs
+
+    procs.stand_in_for(request["ppid"])  # whose stage this is (one runtime decision per dvc run)
     code = 0
     try:
-        from pipeline.cli import main
+        import importlib
 
-        main()
+        module, _, name = request["entry"].partition(":")
+        getattr(importlib.import_module(module), name)()
     except SystemExit as e:
         code = _exit_code(e.code)
     except KeyboardInterrupt:
@@ -475,9 +497,13 @@ def _finish() -> None:
     (logging's, multiprocessing's, the stage's own), flush its streams."""
     import atexit
 
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # the interpreter's own: it first lets
+    if shutdown is not None:  # idle thread pools end (their exit hooks), then joins
+        shutdown()
+    else:  # pragma: no cover - CPython has it
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -485,4 +511,4 @@ def _finish() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - started by `_start_server`
-    serve(Path(sys.argv[1]), sys.argv[2])
+    serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")

@@ -92,10 +92,14 @@ def _in_flight(log: list[dict[str, Any]], answered: set[str], at: float) -> set[
 def test_ctrl_c_lets_the_requests_in_flight_finish_and_the_rerun_sends_none_of_them(
     built: Path,
 ) -> None:
+    # this one through the warm stage server: the caller passes the Ctrl-C on to its stage
+    warm = {warm_stage.ENV_SWITCH: "1"}
+    _warm_server_up(run_env(warm), built)
     with TestServer(latency_ms=LATENCY_MS, cwd=ROOT) as srv:
         argv = _model(built, "paid", srv.base_url)
-        proc = _start(built, argv)
+        proc = _start(built, argv, **warm)
         answered = _second_wave(srv, proc)
+        assert [ln for ln in _warm_log(run_env(warm), built) if "run generate" in ln]
         at = time.time()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)

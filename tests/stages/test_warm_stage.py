@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from pipeline.core import lineage
 from pipeline.stages import warm_stage, warm_sync
-from tests.conftest import BIN, run_env
+from tests.conftest import BIN, ROOT, run_env
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +65,13 @@ def test_the_switches() -> None:
     with pytest.MonkeyPatch.context() as mp:
         for k in (warm_stage.ENV_SWITCH, "LFBENCH_RUNTIME"):
             mp.delenv(k, raising=False)
+        assert not warm_stage.wanted(argv)  # opt-in
+        mp.setenv(warm_stage.ENV_SWITCH, "1")
         assert warm_stage.wanted(argv) and warm_stage.wanted(["lfbench", "stage", "judge"])
         assert not warm_stage.wanted(["lfbench", "repro"])  # only a stage's process
         mp.setenv(warm_stage.ENV_SWITCH, "0")
         assert not warm_stage.wanted(argv)
-        mp.delenv(warm_stage.ENV_SWITCH)
+        mp.setenv(warm_stage.ENV_SWITCH, "1")
         mp.setenv("LFBENCH_RUNTIME", "docker")  # inside a stage's container
         assert not warm_stage.wanted(argv)
     # the server's name follows what modules read at import, and the module search path
@@ -77,6 +80,17 @@ def test_the_switches() -> None:
     assert warm_stage.code_key({**env, "OMP_NUM_THREADS": "3"}) != key
     assert warm_stage.code_key({**env, "PYTHONPATH": "/elsewhere"}) != key
     assert warm_stage.code_key({**env, "OPENAI_API_KEY": "sk-x"}) == key  # not a secret's
+
+
+def test_an_install_names_another_server_and_a_new_file_does_not(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "path", [*sys.path, str(tmp_path)])
+        key = warm_stage.code_key(env)
+        (tmp_path / "notes.txt").write_text("a file written beside the packages")
+        assert warm_stage.code_key(env) == key
+        (tmp_path / "somepkg-1.0.dist-info").mkdir()  # what an install adds
+        assert warm_stage.code_key(env) != key
 
 
 def test_the_stage_has_the_callers_streams_folder_status_and_name(
@@ -112,6 +126,34 @@ def test_the_stage_has_the_callers_streams_folder_status_and_name(
     )
     assert bad.returncode == 2 and "Usage: lfbench stage" in bad.stderr, bad.stderr
     assert len(_served(folder, str(tmp_path))) == 2
+
+
+def test_a_stage_in_the_server_belongs_to_its_callers_dvc_run(
+    tmpdir_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Where a `dvc repro`'s stages run is decided, and said, once per run: the `dvc` process
+    among a stage's ancestors names the run (`containers.repro_key`). A stage forked from the
+    server is the server's child, so it must look from its caller's parent instead."""
+    from pipeline.env import image as img
+
+    folder = Path(tmpdir_env["TMPDIR"]) / f"lfbench-{os.getuid()}"
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for name in ("params.yaml", *img.RECIPE_FILES):
+        (proj / name).write_bytes((ROOT / name).read_bytes())
+    env = {**tmpdir_env, "DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"}
+    subprocess.run([str(BIN / "lfbench"), "image", "recipe"], cwd=proj, env=env, check=True)
+    stage = (
+        f"{BIN / 'lfbench'} run construct --benchmark summhay --data data/summhay"
+        " --out datasets/summhay.jsonl"
+    )
+    dvc = tmp_path / "bin" / "dvc"  # a stand-in for dvc: two stages, one after the other
+    dvc.parent.mkdir()
+    dvc.write_text(f"#!/bin/sh\n{stage}\n{stage}\n")
+    dvc.chmod(0o755)
+    out = subprocess.run([str(dvc)], cwd=proj, env=env, capture_output=True, text=True)
+    assert len(_served(folder, str(proj))) == 2, out.stderr  # both ran in the server
+    assert out.stderr.count("stages of this run go local") == 1, out.stderr
 
 
 def test_the_sync_of_a_stage_forked_from_the_server_runs_in_that_stage() -> None:
