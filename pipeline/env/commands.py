@@ -130,13 +130,9 @@ def image_build(no_cache: bool) -> None:
     found = None if no_cache else image.find_image(client, rec)
     if found is None:
         found = image.build_image(root, rec, client=client, nocache=no_cache)
-        # a record of this recipe on this base that names another id stays (it is what
-        # `image verify` checks); the build warned, naming both ids
-        if (
-            image.image_builder() == "buildah"
-            and image.recorded_differs(root, rec, found, client=client) is None
+        if image.image_builder() == "buildah" and image.record_build(
+            root, rec, found, client=client
         ):
-            image.record_build(root, rec, found, client=client)
             click.echo(f"recorded in {image.REFS_JSON}: commit it")
     click.echo(f"{rec['tag']} {found}")
 

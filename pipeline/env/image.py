@@ -408,11 +408,14 @@ def read_refs(root: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any) -> None:
+def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: Any) -> bool:
     """Record, in the committed build/image.refs.json, the id a reproducible build of the recipe
     gives on its base (the base's id with it: the air-gapped base of
     scripts/build-base-image.sh differs from machine to machine, so the id is a function of the
-    recipe and of the base's id)."""
+    recipe and of the base's id). A record of this recipe on this base that names another id
+    stays (it is what `image verify` checks; the build warned, naming both): False then."""
+    if recorded_differs(root, rec, image_id, client=client) is not None:
+        return False
     base = str(rec["base_image"])
     refs = read_refs(root)
     refs[rec["recipe"]] = {
@@ -420,6 +423,7 @@ def record_build(root: Path, rec: Mapping[str, Any], image_id: str, *, client: A
         "build": {"image_id": image_id, "base_image": base, "base_id": base_image_id(client, base)},
     }
     write_json(root / REFS_JSON, refs)
+    return True
 
 
 def recorded_differs(

@@ -46,7 +46,7 @@ import traceback
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,10 @@ IMPORT_ENV = (
     "MLFLOW_DISABLE_TELEMETRY",
     "DO_NOT_TRACK",
 )
-_BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME")
+BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME")
+PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")  # where imports come from
 _HEADER = struct.Struct("!Q")
-_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
 
 _enabled = False
 _warm_here = False  # set in a child of the warm stage server (pipeline.stages.warm_stage)
@@ -95,7 +96,7 @@ def _wanted() -> bool:
 # ---------------------------------------------------------------- where the server is
 
 
-def _import_env(env: dict[str, str]) -> dict[str, str]:
+def import_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if k.startswith(IMPORT_ENV)}
 
 
@@ -113,7 +114,7 @@ def code_key(env: dict[str, str] | None = None) -> str:
     for path in sorted(package.rglob("*.py")):
         st = path.stat()
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    for k, v in _import_env(dict(os.environ if env is None else env)).items():
+    for k, v in import_env(dict(os.environ if env is None else env)).items():
         h.update(f"{k}={v}\0".encode())
     return h.hexdigest()[:20]
 
@@ -134,12 +135,12 @@ def socket_dir() -> Path | None:
 # ---------------------------------------------------------------- the wire
 
 
-def _send(conn: socket.socket, obj: Any) -> None:
+def send(conn: socket.socket, obj: Any) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     conn.sendall(_HEADER.pack(len(data)) + data)
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
+def recv_exact(conn: socket.socket, n: int) -> bytes:
     chunks = []
     while n:
         chunk = conn.recv(min(n, 1 << 20))
@@ -150,9 +151,9 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _recv(conn: socket.socket) -> Any:
-    (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size))
-    return pickle.loads(_recv_exact(conn, size))
+def recv(conn: socket.socket) -> Any:
+    (size,) = _HEADER.unpack(recv_exact(conn, _HEADER.size))
+    return pickle.loads(recv_exact(conn, size))
 
 
 # ---------------------------------------------------------------- the caller
@@ -168,7 +169,7 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return func(*args, **kwargs)
     key = code_key()
     path = folder / f"sync-{key}.sock"
-    if len(os.fsencode(path)) > _SOCKET_PATH_MAX:  # TMPDIR too deep for a socket's name
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:  # TMPDIR too deep for a socket's name
         return func(*args, **kwargs)
     loggers = {
         name: lg.level
@@ -193,12 +194,12 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         conn.connect(str(path))
     except OSError:
         conn.close()
-        _start_server(path, key, func.__module__)
+        start_server("pipeline.stages.warm_sync", path, key, func.__module__, caller_path=False)
         return func(*args, **kwargs)
     with conn:
         try:
             conn.sendall(_HEADER.pack(len(data)) + data)
-            status, value, records = _recv(conn)
+            status, value, records = recv(conn)
         except Exception as e:  # noqa: BLE001 - a server gone, an answer not read: the sync
             # is idempotent, so doing it here is safe whatever the child did
             log.debug("warm sync server %s: %s; syncing here", path.name, e)
@@ -216,18 +217,24 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     raise value
 
 
-def _start_server(path: Path, key: str, preload: str) -> None:
-    """Start the server of this code in the background (it exits at once if another holds
-    its lock); its own log beside its socket."""
+def start_server(module: str, path: Path, key: str, preload: str, *, caller_path: bool) -> None:
+    """Start `python -m module path key preload` in the background, detached, in `/`, its
+    stderr in a log beside its socket (a server exits at once if another holds its lock; see
+    `claim`). Its environment holds no secret: the path, the locale, the import-time variables
+    and, with `caller_path` (a server whose key hashes them), the caller's `PYTHONPATH`,
+    `PYTHONHOME` and `PYTHONSAFEPATH`; `pipeline/`'s own folder first on its path."""
     import pipeline
 
-    env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
-    env |= _import_env(dict(os.environ))
-    env["PYTHONPATH"] = str(Path(pipeline.__file__).resolve().parent.parent)
+    env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+    env |= import_env(dict(os.environ))
+    if caller_path:
+        env |= {k: os.environ[k] for k in PATH_ENV if k in os.environ}
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     try:
         with path.with_suffix(".log").open("ab") as err:
             subprocess.Popen(
-                [sys.executable, "-m", "pipeline.stages.warm_sync", str(path), key, preload],
+                [sys.executable, "-m", module, str(path), key, preload],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -237,7 +244,44 @@ def _start_server(path: Path, key: str, preload: str) -> None:
                 close_fds=True,
             )
     except OSError as e:
-        log.debug("warm sync server not started: %s", e)
+        log.debug("%s not started: %s", module, e)
+
+
+def claim(path: Path) -> tuple[TextIO, socket.socket, int] | None:
+    """A server's start: its lock (None when another server of this key holds it; the lock file
+    names the pid that serves) and its socket at `path`, bound before any import (callers
+    meanwhile are refused, and do their work themselves), with the socket's inode: the server
+    ends when `path` is another file (another server's socket, or the folder was cleaned)."""
+    lock = path.with_suffix(".lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")  # who serves (tests/stages/test_warm_sync.py)
+    lock.flush()
+    path.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    path.chmod(0o600)
+    return lock, server, path.stat().st_ino
+
+
+def replaced(path: Path, ino: int) -> bool:
+    """The server's socket is gone or another file: time for it to end."""
+    try:
+        return path.stat().st_ino != ino
+    except OSError:
+        return True
+
+
+def release(path: Path, ino: int, server: socket.socket) -> None:
+    """A server's end: its socket file (if still its own) and its listening socket."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_ino == ino:
+            path.unlink()
+    server.close()
 
 
 # ---------------------------------------------------------------- the server
@@ -246,19 +290,10 @@ def _start_server(path: Path, key: str, preload: str) -> None:
 def serve(path: Path, key: str, preload: str = "", idle_s: float = IDLE_S) -> None:
     """Listen on `path` until idle for `idle_s` (or until its socket is replaced), forking a
     child per request. Returns at once if another server of this key holds the lock."""
-    lock = path.with_suffix(".lock").open("a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    claimed = claim(path)
+    if claimed is None:
         return
-    lock.truncate(0)
-    lock.write(f"{os.getpid()}\n")  # who serves (tests/stages/test_warm_sync.py)
-    lock.flush()
-    path.unlink(missing_ok=True)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))  # before the imports: a name it cannot take costs nothing
-    path.chmod(0o600)
-    ino = path.stat().st_ino
+    _lock, server, ino = claimed  # held until this process ends
     # warm: what every sync imports (not matplotlib: a child draws with its caller's settings);
     # callers meanwhile are refused and sync themselves
     import mlflow.tracking  # noqa: F401
@@ -278,10 +313,7 @@ def serve(path: Path, key: str, preload: str = "", idle_s: float = IDLE_S) -> No
                     if os.waitpid(pid, os.WNOHANG)[0] == 0:
                         continue
                 children.discard(pid)
-            try:
-                if path.stat().st_ino != ino:
-                    break  # another server's socket, or the folder was cleaned
-            except OSError:
+            if replaced(path, ino):
                 break
             if not children and time.monotonic() - last > idle_s:
                 break
@@ -302,10 +334,7 @@ def serve(path: Path, key: str, preload: str = "", idle_s: float = IDLE_S) -> No
             conn.close()
             children.add(pid)
     finally:
-        with contextlib.suppress(OSError):
-            if path.stat().st_ino == ino:
-                path.unlink()
-        server.close()
+        release(path, ino, server)
         for pid in children:  # let running syncs finish
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
@@ -337,13 +366,13 @@ def _child(conn: socket.socket) -> None:
         signal.signal(sig, signal.SIG_DFL)
     keep = _Keep()
     try:
-        request = _recv(conn)
+        request = recv(conn)
         module, name = request["func"]
         func: Any = importlib.import_module(module)
         for part in name.split("."):
             func = getattr(func, part)
     except Exception as e:  # noqa: BLE001 - a class only the caller has, another code
-        _send(conn, ("here", f"request not loaded: {type(e).__name__}: {e}", []))
+        send(conn, ("here", f"request not loaded: {type(e).__name__}: {e}", []))
         return
     threading.Thread(target=_die_with_caller, args=(conn,), daemon=True).start()
     os.environ.clear()
@@ -367,8 +396,8 @@ def _child(conn: socket.socket) -> None:
 
             e = LfbenchError(f"{type(e).__name__}: {e}")
         answer = ("err", e, keep.records)
-    _send(conn, answer)
+    send(conn, answer)
 
 
-if __name__ == "__main__":  # pragma: no cover - started by `_start_server`
+if __name__ == "__main__":  # pragma: no cover - started by `start_server`
     serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")

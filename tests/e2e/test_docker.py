@@ -304,46 +304,6 @@ def test_llm_stages_in_container_reach_a_loopback_server(
         assert llm.FAKE_KEY.encode() not in p.read_bytes(), p
 
 
-def test_a_cold_rebuild_gives_the_same_image_id(
-    engine: Any, image: dict[str, Any], tmp_path: Path
-) -> None:
-    """buildah builds without a layer cache: `image verify` rebuilds the recipe from scratch and
-    the rebuild has the id of the module's image (built cold by the fixture, or by an earlier
-    run). A record of another id is refused naming both ids; a record made on another base is
-    refused before any build."""
-    from pipeline.core.errors import LfbenchError
-    from pipeline.env import image_store
-
-    if img.image_builder() != "buildah":
-        pytest.skip("buildah is not installed: Docker's classic builder is not reproducible")
-    for name in img.RECIPE_FILES:
-        shutil.copy2(ROOT / name, tmp_path / name)
-    rec = {k: v for k, v in image.items() if k != "image_id"}
-    base_id = engine.images.get(_base_image()).id
-    refs = tmp_path / img.REFS_JSON
-    refs.parent.mkdir(parents=True, exist_ok=True)
-
-    def record(image_id: str, on: str) -> None:
-        build = {"image_id": image_id, "base_image": _base_image(), "base_id": on}
-        refs.write_text(json.dumps({image["recipe"]: {"build": build}}), encoding="utf-8")
-
-    record(image["image_id"], "sha256:" + "b" * 64)
-    with pytest.raises(LfbenchError, match="cannot give the recorded id"):
-        image_store.verify(tmp_path, rec, client=engine)
-
-    wrong = "sha256:" + "0" * 64
-    record(wrong, base_id)
-    with pytest.raises(LfbenchError) as err:
-        image_store.verify(tmp_path, rec, client=engine)
-    # The rebuild matched the engine's image (checked first), then differed from the record.
-    said = str(err.value)
-    assert f"gives {image['image_id']}, but the id {img.REFS_JSON} records is {wrong}" in (said), (
-        said
-    )
-    assert img.find_image(engine, image) == image["image_id"]
-    assert not [t for i in engine.images.list() for t in i.tags if t.startswith("lfbench-verify:")]
-
-
 IN_IMAGE = """
 import os, sys
 from pathlib import Path

@@ -132,7 +132,11 @@ def test_a_second_ctrl_c_or_the_grace_abandons_the_requests_in_flight(
     built: Path, how: str
 ) -> None:
     name = "twice" if how == "second Ctrl-C" else "graceless"
-    env = {} if how == "second Ctrl-C" else {"LFBENCH_INTERRUPT_GRACE_S": "0.5"}
+    # these two in the stage's own process (the warm stage server off): the stage itself hears
+    # the Ctrl-C
+    env = {warm_stage.ENV_SWITCH: "0"}
+    if how != "second Ctrl-C":
+        env["LFBENCH_INTERRUPT_GRACE_S"] = "0.5"
     with TestServer(latency_ms=LATENCY_MS, cwd=ROOT) as srv:
         argv = _model(built, name, srv.base_url)
         proc = _start(built, argv, **env)
