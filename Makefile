@@ -41,8 +41,8 @@ setup-dev: $(VENV)/.dev
 
 ## Optional: a real model for the end-to-end test (tests/e2e/test_real_model.py; `make test`
 ## skips it without them): llama-cpp-python's OpenAI-compatible server, compiled from its
-## hash-locked source for any x86-64 with AVX2 (about 340 CPU-seconds: 3-4 minutes on 2 idle
-## cores, more when they are shared; again in each new venv: in hash-checking mode pip does not
+## hash-locked source for any x86-64 with AVX2 (the wheel: 175 CPU-seconds, 94 s on 2 idle
+## cores, several minutes when they are shared; again in each new venv: in hash-checking mode pip does not
 ## reuse the wheel it cached; without the multimodal library, which a text model does not load,
 ## nor llama.cpp's `common` library, which the package neither installs nor loads:
 ## scripts/llama-no-common.cmake, 83 compile steps instead of 140 and 530 CPU-seconds), and
