@@ -31,14 +31,28 @@ def stand_in_for(caller_parent: int) -> None:
     _stand_in_parent = caller_parent
 
 
-def start_time(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot, /proc/PID/stat), None if it is gone (or
-    there is no /proc): with the PID it names one process of one boot."""
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command's name (state first), None if the process is
+    gone (or there is no /proc)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    return stat.rsplit(")", 1)[1].split()
+
+
+def start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat), None if it is gone (or
+    there is no /proc): with the PID it names one process of one boot."""
+    fields = _stat(pid)
+    return None if fields is None else fields[19]
+
+
+def parent_of(pid: int) -> int | None:
+    """A process's parent, None if it is gone or its parent is init (or the kernel)."""
+    fields = _stat(pid)
+    ppid = None if fields is None else int(fields[1])
+    return ppid if ppid is not None and ppid > 1 else None
 
 
 def this_process() -> str:

@@ -146,15 +146,6 @@ def decide(
     }
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    ppid = int(stat.rsplit(")", 1)[1].split()[1])
-    return ppid if ppid > 1 else None
-
-
 def repro_key() -> str:
     """The `dvc` process this stage runs under (pid and start time), or this process if none:
     one runtime decision, and one warning, per `dvc repro` (or `dvc exp run`). `lfbench repro`
@@ -170,7 +161,7 @@ def repro_key() -> str:
             break
         if any(Path(a.decode(errors="replace")).name == "dvc" for a in argv[:3]):
             return f"{pid}-{procs.start_time(pid)}"
-        pid = _parent(pid)
+        pid = procs.parent_of(pid)
     return f"{os.getpid()}-{procs.start_time(os.getpid())}"
 
 

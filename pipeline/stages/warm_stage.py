@@ -39,7 +39,6 @@ import pickle
 import selectors
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -82,7 +81,6 @@ FORWARDED = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
-_HEADER = struct.Struct("!Q")
 
 
 def wanted(argv: list[str]) -> bool:
@@ -98,7 +96,6 @@ def wanted(argv: list[str]) -> bool:
 
 def code_key(env: dict[str, str] | None = None) -> str:
     """What a server must share with its caller to stand in for its process."""
-    import pipeline
 
     h = hashlib.sha256()
     h.update(f"{sys.executable}\0{sys.version}\0".encode())
@@ -109,12 +106,7 @@ def code_key(env: dict[str, str] | None = None) -> str:
             # removal changes these names); not the folder's mtime, which any new file moves
             for dist in sorted(Path(entry or ".").glob("*.dist-info")):
                 h.update(f"{dist.name}\0".encode())
-    package = Path(pipeline.__file__).resolve().parent
-    for path in sorted(package.rglob("*")):
-        if "__pycache__" in path.parts or not path.is_file():
-            continue
-        st = path.stat()
-        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    warm_sync.hash_package(h, "*")
     source = os.environ if env is None else env
     for k, v in warm_sync.import_env(dict(source)).items():
         h.update(f"{k}={v}\0".encode())
@@ -192,7 +184,7 @@ def run_in_server(argv: list[str], entry: str) -> int | None:
 
     with conn:
         try:
-            socket.send_fds(conn, [_HEADER.pack(len(data))], fds)
+            socket.send_fds(conn, [warm_sync.HEADER.pack(len(data))], fds)
             conn.sendall(data)
             previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
             try:
@@ -356,12 +348,12 @@ def _child(
 
 
 def _take_request(conn: socket.socket) -> dict[str, Any]:
-    msg, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
-    if len(msg) != _HEADER.size or len(fds) != 3:
+    msg, fds, _, _ = socket.recv_fds(conn, warm_sync.HEADER.size, 3)
+    if len(msg) != warm_sync.HEADER.size or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         raise ConnectionError("the caller's standard streams did not arrive")
-    (size,) = _HEADER.unpack(msg)
+    (size,) = warm_sync.HEADER.unpack(msg)
     request: dict[str, Any] = pickle.loads(warm_sync.recv_exact(conn, size))
     # the server's log (this process's stderr until the caller's takes its place): what ran
     line = f"{time.strftime('%H:%M:%S')} {os.getpid()}: {' '.join(request['argv'][1:3])}"

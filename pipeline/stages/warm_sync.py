@@ -67,7 +67,7 @@ IMPORT_ENV = (
 )
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME")
 PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")  # where imports come from
-_HEADER = struct.Struct("!Q")
+HEADER = struct.Struct("!Q")
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
 
 _enabled = False
@@ -103,20 +103,29 @@ def import_env(env: dict[str, str]) -> dict[str, str]:
 def code_key(env: dict[str, str] | None = None) -> str:
     """What a server must share with its caller: the Python, the store's libraries, the code of
     `pipeline/` and the import-time environment."""
-    import pipeline
 
     h = hashlib.sha256()
     h.update(f"{sys.executable}\0{sys.version}\0".encode())
     for dist in ("mlflow-skinny", "alembic", "sqlalchemy"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             h.update(f"{dist}={metadata.version(dist)}\0".encode())
-    package = Path(pipeline.__file__).resolve().parent
-    for path in sorted(package.rglob("*.py")):
-        st = path.stat()
-        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    hash_package(h, "*.py")
     for k, v in import_env(dict(os.environ if env is None else env)).items():
         h.update(f"{k}={v}\0".encode())
     return h.hexdigest()[:20]
+
+
+def hash_package(h: Any, pattern: str) -> None:
+    """Feed `h` each file of `pipeline/` that matches `pattern` (path, size, mtime), bytecode
+    caches left out: an edit names another server."""
+    import pipeline
+
+    package = Path(pipeline.__file__).resolve().parent
+    for path in sorted(package.rglob(pattern)):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
 
 
 def socket_dir() -> Path | None:
@@ -137,7 +146,7 @@ def socket_dir() -> Path | None:
 
 def send(conn: socket.socket, obj: Any) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    conn.sendall(_HEADER.pack(len(data)) + data)
+    conn.sendall(HEADER.pack(len(data)) + data)
 
 
 def recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -152,7 +161,7 @@ def recv_exact(conn: socket.socket, n: int) -> bytes:
 
 
 def recv(conn: socket.socket) -> Any:
-    (size,) = _HEADER.unpack(recv_exact(conn, _HEADER.size))
+    (size,) = HEADER.unpack(recv_exact(conn, HEADER.size))
     return pickle.loads(recv_exact(conn, size))
 
 
@@ -198,7 +207,7 @@ def call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return func(*args, **kwargs)
     with conn:
         try:
-            conn.sendall(_HEADER.pack(len(data)) + data)
+            conn.sendall(HEADER.pack(len(data)) + data)
             status, value, records = recv(conn)
         except Exception as e:  # noqa: BLE001 - a server gone, an answer not read: the sync
             # is idempotent, so doing it here is safe whatever the child did
