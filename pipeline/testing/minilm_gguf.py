@@ -113,7 +113,8 @@ def serve(gguf_path: Path, log: Path, alias: str = "minilm", threads: int = 2) -
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     args = server_args(gguf_path, port, alias)
-    args[args.index("--n_threads") + 1] = str(threads)
+    for flag in ("--n_threads", "--n_threads_batch"):
+        args[args.index(flag) + 1] = str(threads)
     with log.open("w") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}/v1"
@@ -140,7 +141,7 @@ def server_args(gguf_path: Path, port: int, alias: str = "minilm") -> list[str]:
     return [
         sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path),
         "--model_alias", alias, "--embedding", "true", "--n_ctx", "512",
-        "--n_batch", "512", "--n_ubatch", "512", "--n_threads", "2",
+        "--n_batch", "512", "--n_ubatch", "512", "--n_threads", "2", "--n_threads_batch", "2",
         "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
 
