@@ -425,21 +425,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # The test files in order of their wall time, longest first (seconds in a whole run on 2 cores,
 # perf/test_cpu.py): `make test` runs files on every core (pytest-xdist, --dist loadfile, no
 # reordering), and the longest first leaves short files for the end, so no core runs the last long
-# file alone. One exception: xdist gives a worker its next file as soon as at most 2 of its tests
-# are pending, so the worker of a one-test file takes the fifth file at once, to run after it. The
-# fifth is a short one, so the longest file (14 min) does not hold another long one behind it. In
-# a simulation of the scheduler over the last run's times, each varied by up to 18%, this order
-# ends the median run 65 s earlier than the one before (1,357 s against 1,422 s).
+# file alone. Two exceptions:
+# - The first four are the long files whose stages no other test runs (the default grid, the
+#   image, the real model's, the own RAG's). The sliced DAGs (test_pipeline, test_parallel_pipeline,
+#   ...) come after them, so that each finds in the shared run cache (`share_dvc_cache`) the stages
+#   an earlier one ran: started together with them, the first one run (ci-65) took 199 s of setup
+#   instead of 83 s and the second 143 s instead of 103 s.
+# - xdist gives a worker its next file as soon as at most 2 of its tests are pending, so the worker
+#   of a one-test file takes the next file at once, to run after it: the fifth goes behind the
+#   longest (14 min), so it is a short one.
+# perf/test_order.py simulates the scheduler over a run's times, each varied by up to 18%: this
+# order ends the median run at 1,356 s, the order before these two at 1,417 s.
 HEAVY_FIRST = (
     "tests/e2e/test_fresh_clone.py",
     "tests/e2e/test_docker.py",
+    "tests/e2e/test_real_model.py",
+    "tests/e2e/test_own_rag.py",
+    "tests/test_mlflow_store.py",
+    "tests/e2e/test_real_embeddings.py",
     "tests/e2e/test_pipeline.py",
     "tests/e2e/test_parallel_pipeline.py",
-    "tests/test_mlflow_store.py",
-    "tests/e2e/test_own_rag.py",
-    "tests/e2e/test_real_model.py",
     "tests/e2e/test_mlflow_ui.py",
-    "tests/e2e/test_real_embeddings.py",
     "tests/e2e/test_team.py",
     "tests/e2e/test_llm_pipeline.py",
     "tests/test_parallel.py",
