@@ -20,7 +20,14 @@ import yaml
 
 from pipeline.env import containers
 from pipeline.env import image as img
-from tests.conftest import ROOT, SUMMHAY_TARGETS, run, slice_crud_rag, slice_crux
+from tests.conftest import (
+    ROOT,
+    SUMMHAY_TARGETS,
+    run,
+    share_dvc_cache,
+    slice_crud_rag,
+    slice_crux,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -108,20 +115,24 @@ def test_docker_by_default_and_local_give_identical_results(
 ) -> None:
     """The default `runtime: auto` with an engine runs every stage in the recipe's image; without
     an engine the same params run locally, warned once. Same outputs, same dvc.lock. Then a
-    colleague's clone gets data and image from the DVC remote and runs in the same image id."""
+    colleague's clone gets data and image from the DVC remote and runs in the same image id.
+
+    Both runs compute every stage (`--no-run-cache`) and save what they ran in the session's
+    shared DVC cache, where the next test of this file finds the local judge it trained."""
+    share_dvc_cache(project)
     local = tmp_path / "local"
     shutil.copytree(project, local, symlinks=True)
     _params(project, "auto")
     _params(local, "auto")
 
-    out = run(["dvc", "repro"], project)
+    out = run(["dvc", "repro", "--no-run-cache"], project)
     # the runtime is decided, and said, once per dvc repro (the first stage); every stage's
     # record below shows it ran in that image
     said = re.findall(r"stage (\S+): runtime (\S+) \((.*)\)", out.stderr)
     assert len(said) == 1 and said[0][1] == "docker", out.stderr[-3000:]
     assert said[0][2] == f"auto: image {image['image_id'][:19]} (present)"
     dead = {"DOCKER_HOST": f"unix://{tmp_path / 'dead.sock'}"}
-    out_local = run(["dvc", "repro"], local, dead)
+    out_local = run(["dvc", "repro", "--no-run-cache"], local, dead)
     assert out_local.stderr.count("stages of this run go local") == 1, out_local.stderr[-3000:]
 
     for rel in (
@@ -270,10 +281,13 @@ def test_container_sees_only_allowed_environment(
 
 
 def test_llm_stages_in_container_reach_a_loopback_server(
-    engine: Any, image_id: str, project: Path, tmp_path: Path
+    engine: Any, image_id: str, shared_project: Path, tmp_path: Path
 ) -> None:
     """A model and a judge on 127.0.0.1 answer stages that run in the image (host network); the
-    key crosses by the name params.yaml gives it, and nowhere else."""
+    key crosses by the name params.yaml gives it, and nowhere else. The stages that talk to no
+    server and that another test already ran in the image (the local judge's training, after
+    the first test of this file) are restored from the session's shared DVC cache."""
+    project = shared_project
     from pipeline.testing.server import TestServer
     from tests.e2e import test_llm_pipeline as llm
 
