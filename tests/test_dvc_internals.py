@@ -367,6 +367,45 @@ def test_lock_docs_round_trip_with_dvc_s_bytes(tmp_path: Path) -> None:
     assert dvc.read_lock_doc(tmp_path / "none.lock") == {}
 
 
+def test_lock_text_is_dvc_s_dump_entry_by_entry() -> None:
+    """`LockText` (an entry's YAML dumped once, then kept) gives the bytes of DVC's own dump of
+    the whole file: on the committed dvc.lock (folded long commands, .dir hashes, params of every
+    type), after entries are replaced by new objects, reordered, changed in place, removed and
+    added, and with a comment (dumped whole)."""
+    from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
+
+    committed = (ROOT / "dvc.lock").read_text(encoding="utf-8")
+    doc = dvc.read_lock_doc(ROOT / "dvc.lock")
+    memo = dvc.LockText()
+    assert memo.dumps(doc) == dumps_yaml(doc) == committed
+
+    stages = doc["stages"]
+    keys = list(stages)
+    assert len(keys) > 10
+    # a finished stage's entry: a plain dict from DVC, not the parsed one
+    stages[keys[3]] = json.loads(json.dumps(stages[keys[3]]))
+    stages[keys[3]]["cmd"] = stages[keys[3]]["cmd"] + " --and a long option that folds the line"
+    assert memo.dumps(doc) == dumps_yaml(doc) != committed
+    # changed in place (the same object): dumped again, not the kept text
+    stages[keys[5]]["outs"][0]["md5"] = "0" * 32
+    stages[keys[3]]["deps"][0]["size"] = 1
+    assert memo.dumps(doc) == dumps_yaml(doc)
+    # reordered, one removed, one added
+    stages[keys[0]] = stages.pop(keys[0])
+    del stages[keys[7]]
+    stages["new@x"] = {"cmd": "true", "params": {"params.yaml": {"a.b": 1.5e-05, "c": None}}}
+    assert memo.dumps(doc) == dumps_yaml(doc)
+    assert memo.dumps(doc) == dumps_yaml(doc)  # all kept now
+
+    # a comment in the file: dumped whole, comment kept
+    commented = committed.replace("stages:\n", "stages:\n  # by hand\n", 1)
+    doc = parse_yaml_for_update(commented, "dvc.lock")
+    assert dvc.LockText().dumps(doc) == dumps_yaml(doc) == commented
+    assert dvc.LockText().dumps({"schema": "2.0", "stages": {}}) == dumps_yaml(
+        {"schema": "2.0", "stages": {}}
+    )
+
+
 def test_gitignore_lines_once_and_git_s_rules_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -61,6 +61,8 @@ class Lockfile:
         self.to_pull: list[str] = []  # --cluster: stages whose outputs are pulled from the remote
         # each dvc.lock as last written (DVC's round-trip YAML) and its stat signature then
         self._docs: dict[Path, tuple[Any, tuple[int, int, int] | None]] = {}
+        # each dvc.lock's entries as YAML text, dumped once each (DVC's emitter is slow)
+        self._texts: dict[Path, dvc.LockText] = {}
 
     def add(self, stage: Any, entry: Mapping[str, Any]) -> None:
         """A finished stage's entry, written by the next `flush` into the dvc.lock beside its
@@ -120,7 +122,7 @@ class Lockfile:
 
     def _dump(self, data: Any, path: Path | None = None) -> None:
         path = path or self._path()
-        dvc.write_lock_doc(path, data)
+        dvc.write_lock_doc(path, data, self._texts.setdefault(path, dvc.LockText()))
         self._docs[path] = (data, _file_sig(path))
 
     def _write(self, entries: Mapping[str, Any], path: Path | None = None) -> None:
