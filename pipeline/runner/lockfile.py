@@ -151,8 +151,9 @@ class Lockfile:
     def order(self, before: Sequence[str], stages: Sequence[Any]) -> None:
         """Entries new to dvc.lock in `declared` order; entries that were there keep their
         places (as under `dvc repro`, which updates them in place). The file is rewritten only
-        when the order differs."""
-        if not self._path().exists():
+        when the order differs. Nothing to do (and dvc.lock not parsed again) when this run
+        wrote no entry."""
+        if not self._docs or not self._path().exists():
             return
         rank = {s.addressing: i for i, s in enumerate(declared(self.repo, stages))}
         data = self._read()

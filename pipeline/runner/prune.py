@@ -64,13 +64,15 @@ def prune(repo: Any, *, force: bool = False) -> list[str]:
             kept.relative_to(root) if root in kept.parents else kept,
         )
     gone: list[str] = []
-    data = dvc.read_lock_doc(lock)
-    data_entries = data.get("stages") or {}
-    for name in [k for k in data_entries if k not in names]:
-        data_entries.pop(name)
-        gone.append(name)
-    if gone:
-        dvc.write_lock_doc(lock, data)
+    if any(name not in names for name in entries):
+        # read again as DVC's round-trip YAML (several times slower) only to write it
+        data = dvc.read_lock_doc(lock)
+        data_entries = data.get("stages") or {}
+        for name in [k for k in data_entries if k not in names]:
+            data_entries.pop(name)
+            gone.append(name)
+        if gone:
+            dvc.write_lock_doc(lock, data)
     for _, path in doomed:
         _remove_output(repo, root, path)
     for name in gone:
