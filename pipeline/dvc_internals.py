@@ -646,7 +646,8 @@ class LockText:
             or not (_no_comments(data) and _no_comments(stages))
         ):
             return str(dumps_yaml(data))
-        parts = [str(dumps_yaml({"schema": data["schema"]})), "stages:\n"]
+        head = "stages:\n"
+        parts = [str(dumps_yaml({"schema": data["schema"]})), head]
         kept: dict[str, tuple[Any, Any, str]] = {}
         for key, entry in stages.items():
             shape = _shape(entry)
@@ -655,8 +656,9 @@ class LockText:
                 text = old[2]
             else:
                 text = str(dumps_yaml({"stages": {key: entry}}))
-                assert text.startswith("stages:\n"), text[:80]
-                text = text[len("stages:\n") :]
+                if not text.startswith(head):  # not a block under `stages:`: the whole file
+                    return str(dumps_yaml(data))
+                text = text[len(head) :]
             kept[key] = (entry, shape, text)
             parts.append(text)
         self._entries = kept
