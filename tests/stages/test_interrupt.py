@@ -214,11 +214,21 @@ def test_a_killed_stage_process_in_the_warm_server_takes_its_stage_down(built: P
         killed_at = time.time()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        # answered by now: sent at least the server's latency (1.5 s) before the kill
+        answered = {r["body_sha256"] for r in srv.log()}
         gone = time.monotonic() + 5
         while _alive(stage_pid):
             assert time.monotonic() < gone, "the stage outlived its caller"
             time.sleep(0.05)
         time.sleep(LATENCY_MS / 1000 + 1.0)  # a stage still alive would send its next ones
-        late = [r for r in srv.log() if r["time"] > killed_at]
-    assert not late, "requests were sent after the caller was killed"
+        log = srv.log()
+    # Counted, not timed: beyond those answered at the kill, at most the two the stage had in
+    # flight (max_concurrency); on a busy machine the server may take those in just after
+    # `killed_at`. A stage still sending would have sent its next two by now.
+    extra = {r["body_sha256"] for r in log} - answered
+    late = sorted(round(r["time"] - killed_at, 3) for r in log if r["time"] > killed_at)
+    assert len(answered) >= 2 and len(extra) <= 2, (
+        f"requests were sent after the caller was killed: {len(answered)} answered at the "
+        f"kill, {len(extra)} more; arrivals after the kill (s): {late}"
+    )
     assert not (built / "generations" / "summhay" / "killed.jsonl").exists()
