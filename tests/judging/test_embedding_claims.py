@@ -19,6 +19,7 @@ import pytest
 from pipeline.core import procs
 from pipeline.local_judge import embeddings as E
 from pipeline.local_judge.embeddings import Embedder, EmbeddingCache, encode_texts, text_key
+from tests.conftest import encoder_beside
 
 TEXTS = [f"Bullet {i}: the council voted on budget line {i * 7}." for i in range(96)]
 
@@ -38,7 +39,7 @@ def _embed_in_child(path: str, texts: list[str], start: Any, out: Any) -> None:
 
 
 def test_two_processes_on_one_cache_compute_each_text_once(tmp_path: Path) -> None:
-    cache = tmp_path / "shared.sqlite"
+    cache = encoder_beside(tmp_path / "shared.sqlite")
     EmbeddingCache(cache).close()
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(2), ctx.Queue()
@@ -65,7 +66,7 @@ def test_texts_another_live_process_claimed_are_waited_for_not_computed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(E.ENV_WORKERS, "1")
-    path = tmp_path / "c.sqlite"
+    path = encoder_beside(tmp_path / "c.sqlite")
     other = EmbeddingCache(path)
     theirs = TEXTS[:40]
     # another process of this machine (this test's own process: alive) holds 40 of the texts
@@ -134,7 +135,7 @@ def _embed_forever(path: str) -> None:
 
 
 def test_a_killed_process_leaves_claims_that_the_next_takes_over_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "c.sqlite"
+    path = encoder_beside(tmp_path / "c.sqlite")
     EmbeddingCache(path).close()
     proc = multiprocessing.get_context("spawn").Process(target=_embed_forever, args=(str(path),))
     proc.start()

@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 
 from pipeline.local_judge import encoder_onnx, portability
+from tests.conftest import encoder_beside
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return encoder_onnx.model_path(tmp_path_factory.mktemp("onnx"))
+    folder = encoder_beside(tmp_path_factory.mktemp("enc") / "cache.sqlite").parent / "onnx"
+    return encoder_onnx.model_path(folder)
 
 
 def test_the_graph_onnx_runtime_runs_holds_only_portable_operators(

@@ -12,6 +12,7 @@ import pytest
 from pipeline.local_judge import embeddings, encoder_onnx
 from pipeline.local_judge.embeddings import Embedder, EmbeddingCache, encode_texts, text_key
 from pipeline.retrieval import dense
+from tests.conftest import encoder_beside
 
 # texts like SummHay's insights and bullets, with the edge cases (empty, one word, over 256 pieces)
 REAL = [
@@ -29,7 +30,9 @@ REAL = [
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("onnx")
+    """A folder holding the int8 model as the checkout's shared cache holds it
+    (`encoder_beside`); the first test builds it again and compares the bytes."""
+    return encoder_beside(tmp_path_factory.mktemp("enc") / "cache.sqlite").parent / "onnx"
 
 
 def test_two_builds_write_the_same_bytes(model_dir: Path, tmp_path: Path) -> None:
@@ -99,7 +102,7 @@ def test_workers_chunks_and_cache_give_the_same_bits(
     got = []
     for n_workers, chunk in (("1", 256), ("2", 7), ("2", 64)):
         monkeypatch.setenv(embeddings.ENV_WORKERS, n_workers)
-        emb = Embedder(tmp_path / f"{n_workers}-{chunk}.sqlite", chunk=chunk)
+        emb = Embedder(encoder_beside(tmp_path / f"{n_workers}-{chunk}.sqlite"), chunk=chunk)
         got.append(emb.embed(texts))
         assert emb.computed == len(texts)
     reread = Embedder(tmp_path / "2-7.sqlite")

@@ -31,6 +31,7 @@ from pipeline.local_judge.train import (
     leave_one_group_out,
     model_file,
 )
+from tests.conftest import encoder_beside
 
 # ---------------------------------------------------------------- features
 
@@ -170,13 +171,13 @@ def test_train_then_judge_end_to_end(tmp_path: Path) -> None:
         cases.append(
             _case(f"g{k % 2}", [unit], [FILLER[0], half + " something."], ["PARTIAL_COVERAGE"])
         )
-    emb = Embedder(tmp_path / "cache.sqlite")
+    emb = Embedder(encoder_beside(tmp_path / "cache.sqlite"))
     m = build_matrix(cases, emb)
     model = fit(m.x, m.y, c=1.0, class_weight=None)
     path = tmp_path / "model.json"
     path.write_text(model_file(model, {"n_train": len(m.y)}))
     # Deterministic: the same data gives the same bytes (vectors now come from the cache).
-    m2 = build_matrix(cases, Embedder(tmp_path / "cache.sqlite"))
+    m2 = build_matrix(cases, Embedder(encoder_beside(tmp_path / "cache.sqlite")))
     assert (
         model_file(fit(m2.x, m2.y, c=1.0, class_weight=None), {"n_train": len(m.y)})
         == path.read_text()
@@ -320,7 +321,7 @@ def test_vectors_do_not_depend_on_the_number_of_workers(
     processes, or read back from the cache, a vector has the same bits."""
     texts = [f"Sentence number {i} about {w}." for i, w in enumerate(["rain", "tax", "AI"] * 30)]
     monkeypatch.setenv("LFBENCH_EMBED_WORKERS", "1")
-    serial = Embedder(tmp_path / "a.sqlite", chunk=16)
+    serial = Embedder(encoder_beside(tmp_path / "a.sqlite"), chunk=16)
     one = serial.embed(texts)
     monkeypatch.setenv("LFBENCH_EMBED_WORKERS", "2")
     parallel = Embedder(tmp_path / "b.sqlite", chunk=16)
