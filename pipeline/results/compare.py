@@ -364,6 +364,24 @@ def _experiment(client: Any, run: Any) -> str:
     return str(exp.name if exp is not None else run.info.experiment_id)
 
 
+def compare_named(
+    root: Path,
+    benchmark: str | None,
+    run_a: str,
+    run_b: str,
+    named: Sequence[tuple[str, str | None, str | None, Mapping[str, str]]] | None,
+    resamples: int,
+    seed: int,
+    min_items: int,
+) -> dict[str, Any]:
+    """`compare_runs` of run ids A and B, or, with `named`, of the current runs `find_run`
+    gives for (name, setting, judge, keys) of A and of B in `benchmark`."""
+    if named is not None:
+        assert benchmark is not None
+        run_a, run_b = (find_run(root, benchmark, *side) for side in named)
+    return compare_runs(root, run_a, run_b, resamples=resamples, seed=seed, min_items=min_items)
+
+
 def compare_runs(
     root: Path,
     run_a: str,

@@ -9,9 +9,10 @@ arguments and sends back the report, the exception or the log records, which the
 raises or logs as its own. What the sync writes is what the stage itself would write (the
 child is the same code, the sync keeps its lock and its rules, tests/stages/test_warm_sync.py).
 
-- **Only stage processes** use it (`lfbench run|stage`, `enable()`), only with the local runtime
-  (not in a container), only on Linux (a fork without exec is not safe on macOS), and not when
-  `LFBENCH_WARM_SYNC=0`. A library call stays in-process.
+- **Only stage processes** use it (`lfbench run|stage`, `enable()`), and `lfbench compare` for
+  its reads of the store (the same function's value, computed in the child), only with the
+  local runtime (not in a container), only on Linux (a fork without exec is not safe on
+  macOS), and not when `LFBENCH_WARM_SYNC=0`. A library call stays in-process.
 - **One server per code**: its socket's name hashes the Python, the installed MLflow, Alembic
   and SQLAlchemy, every file of `pipeline/` (path, size, mtime) and the environment variables
   read at import (`IMPORT_ENV`). An edit or an upgrade names another server; the old one ends
