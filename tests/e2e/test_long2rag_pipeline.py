@@ -82,6 +82,8 @@ def _configure(proj: Path, base_url: str, **gen_extra: Any) -> None:
     l2["settings"] = ["long_context", "rag_512"]
     l2["models"] = ["tiny"]
     l2["judges"] = ["llm", "llm-batch"]
+    # in every judge stage's DAG: a small training run (all haystacks: some 25 CPU-s more)
+    params["judges"]["local"]["train"]["haystacks"] = ["news1"]
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
 
 

@@ -60,6 +60,7 @@ def _configure(proj: Path, base_url: str) -> dict[str, Any]:
     }
     s = p["summhay"]
     s.update(models=["published", "lead", "my-rag"], judges=["published-gpt-4o", "local"])
+    judges["local"]["train"]["haystacks"] = ["news1"]  # a small training run, as elsewhere
     s["retrievers"] = ["emb", "rr", "tfidf"]
     l2 = p["long2rag"]
     l2.update(settings=["rag_512", "rag_512@emb", "rag_512@tfidf"], retrievers=["emb", "tfidf"])
