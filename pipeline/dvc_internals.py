@@ -16,10 +16,12 @@ a new DVC: install it, run tests/test_dvc_internals.py (and the repro tests), me
 here, add the version.
 
 Nothing here changes DVC for anyone but the objects lfbench makes: `Repository` (a `Repo`)
-reads each params file once per text for the stages of its own index, and, when asked, opens
-each remote once; the dry run gives its own repository a run cache that does not look up a
-stage whose dependency is missing. No module of DVC is patched and no working directory is
-changed: another thread, or DVC itself in this process, sees DVC as it is.
+reads each params file once per text for the stages of its own index, hashes each file or
+folder dependency of those stages once per state of its files, reads git's index once per
+state of that file, and, when asked, opens each remote once; the dry run gives its own
+repository a run cache that does not look up a stage whose dependency is missing. No module
+of DVC is patched and no working directory is changed: another thread, or DVC itself in this
+process, sees DVC as it is.
 
 Names used from DVC 3.67 (dvc-data 3.18, scmrepo 3.6), each with its test:
   dvc.repo: Repo (cloud, stage_cache, index, scm, scm_context, stage.load_one, lock, push,
@@ -29,12 +31,13 @@ Names used from DVC 3.67 (dvc-data 3.18, scmrepo 3.6), each with its test:
     get_used_objs, PipelineStage; dvc.stage.cache: StageCache (restore, transfer,
     _get_cache_dir), RunCacheNotFoundError, _can_hash, _get_stage_hash;
     dvc.stage.serialize: to_single_stage_lockfile
-  dvc.dependency.param: ParamsDependency.read_params
-  dvc.data_cloud: DataCloud.get_remote / get_remote_odb / pull / push
+  dvc.dependency.param: ParamsDependency.read_params; dvc.output: Output._build
+  dvc.data_cloud: DataCloud.get_remote / get_remote_odb / pull / push; dvc.config: Config
   dvc.utils.serialize: parse_yaml_for_update, dumps_yaml
   dvc.fs: LocalFileSystem, generic.copy
   dvc_data.hashfile: build, check, transfer
-  scmrepo: Git._reset (its cached ignore rules)
+  scmrepo: Git._reset (its cached ignore rules), Git.is_tracked, Git.dulwich.repo
+    (dulwich's index_path, open_index)
   .dvc/tmp/rwlock: the JSON DVC keeps of the paths its running commands hold
 """
 
@@ -44,6 +47,8 @@ import contextlib
 import copy
 import hashlib
 import logging
+import os
+import stat
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
@@ -133,9 +138,20 @@ class Repository(Repo):  # type: ignore[misc]
     def __init__(self, root: str | Path, *, reuse_remotes: bool = False) -> None:
         super().__init__(str(root))
         self._params_read: dict[tuple[Any, ...], Any] = {}
+        self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, Any, Any]]] = {}
         self._params_lock = threading.Lock()
         if reuse_remotes:
             self.cloud = _OneSessionCloud(self)
+
+    @cached_property  # type: ignore[untyped-decorator]
+    def scm(self) -> Any:
+        """DVC's git repository object, its `is_tracked` answered from git's index file as
+        read once per state of that file (scmrepo reads and parses it again on every call: each
+        output DVC saves asks, 40 ms a call on a project of 500 tracked files)."""
+        scm = Repo.__dict__["scm"].fget(self)  # DVC's own
+        if hasattr(scm, "dulwich"):  # a git repository (not DVC's NoSCM)
+            scm.is_tracked = _TrackedOnce(scm)
+        return scm
 
     @cached_property  # type: ignore[untyped-decorator]
     def index(self) -> Any:
@@ -147,8 +163,81 @@ class Repository(Repo):  # type: ignore[misc]
 
     def _read_params_once(self, stage: Any) -> None:
         for dep in stage.deps:
-            if isinstance(dep, ParamsDependency) and "read_params" not in dep.__dict__:
-                dep.read_params = _ParamsOnce(self, dep)
+            if isinstance(dep, ParamsDependency):
+                if "read_params" not in dep.__dict__:
+                    dep.read_params = _ParamsOnce(self, dep)
+            elif "_build" not in dep.__dict__ and dep.fs.protocol == "local":
+                dep._build = _BuiltOnce(self, dep)
+
+
+class _BuiltOnce:
+    """`Output._build` of one file or folder dependency (what its hash is computed by), through
+    its repository's memo keyed by what DVC's own state trusts a hash by: the inode, times and
+    size of the path and, for a folder, of every file under it (and the project's .dvcignore).
+    `lfbench repro` asks for the hash of each dependency four or five times a stage (changed?,
+    the run-cache key, saved before the command, saved after it), and the same source folders
+    are dependencies of every stage: DVC walks them and looks each file up in its state
+    database every time. A path with a symbolic link in it is not kept (built each time)."""
+
+    def __init__(self, repo: Repository, dep: Any) -> None:
+        self.repo, self.dep = repo, dep
+
+    def __call__(self, odb: Any, path: str, fs: Any, name: str, **kwargs: Any) -> Any:
+        build = type(self.dep)._build.__get__(self.dep)
+        extra = {k: v for k, v in kwargs.items() if k not in ("ignore", "dry_run")}
+        seen = _stat_walk(path)
+        if seen is None or extra:
+            return build(odb, path, fs, name, **kwargs)
+        ignore_file = _stat_walk(str(Path(self.repo.root_dir, ".dvcignore")))
+        key = (path, odb.path, name, bool(kwargs.get("dry_run")), seen, ignore_file)
+        with self.repo._params_lock:
+            kept = self.repo._built.get(path)
+        if kept is not None and kept[0] == key:
+            staging, meta, obj = kept[1]
+            return staging, *_own_copy(meta, obj)
+        staging, meta, obj = build(odb, path, fs, name, **kwargs)
+        if _stat_walk(path) == seen:  # unchanged while DVC hashed it
+            with self.repo._params_lock:
+                self.repo._built[path] = (key, (staging, *_own_copy(meta, obj)))
+        return staging, meta, obj
+
+
+def _own_copy(meta: Any, obj: Any) -> tuple[Any, Any]:
+    """A caller's own `Meta` and object, its own `HashInfo` (what a dependency keeps and DVC
+    may set); a folder's entries (never changed once built) are shared."""
+    mine = copy.copy(obj)
+    mine.hash_info = copy.copy(obj.hash_info)
+    return copy.copy(meta), mine
+
+
+def _stat_walk(path: str) -> tuple[Any, ...] | None:
+    """(inode, mtime, ctime, size, mode) of a file, or of every entry under a folder with its
+    relative name; None for a missing path or one that holds a symbolic link."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    seen: list[tuple[Any, ...]] = []
+    stack = [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return None
+        for entry in entries:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                return None
+            rel = os.path.relpath(entry.path, path)
+            seen.append((rel, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode))
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(entry.path)
+    return tuple(seen)
 
 
 class _ParamsOnce:
@@ -173,6 +262,43 @@ class _ParamsOnce:
                 with self.repo._params_lock:
                     self.repo._params_read[key] = kept
         return copy.deepcopy(kept)
+
+
+class _TrackedOnce:
+    """`Git.is_tracked` of one repository (a path, or a folder holding one, in git's index),
+    from the index's paths as read once per state of the index file (git replaces the file on
+    every write: a new inode, so a changed index is read again)."""
+
+    def __init__(self, scm: Any) -> None:
+        self.scm = scm
+        self._kept: tuple[tuple[int, int, int], frozenset[bytes]] | None = None
+        self._lock = threading.Lock()
+
+    def _tracked(self) -> frozenset[bytes] | None:
+        repo = self.scm.dulwich.repo
+        try:
+            st = Path(repo.index_path()).stat()
+        except OSError:
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if self._kept is not None and self._kept[0] == key:
+                return self._kept[1]
+        names: set[bytes] = set()
+        for path in repo.open_index():
+            names.add(path)
+            parts = path.split(b"/")
+            names.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
+        with self._lock:
+            self._kept = (key, frozenset(names))
+        return self._kept[1]
+
+    def __call__(self, path: str) -> bool:
+        rel = os.path.relpath(path, self.scm.root_dir).replace(os.path.sep, "/").encode()
+        tracked = self._tracked()
+        if tracked is None:  # no index (nothing added yet), or unreadable: scmrepo's answer
+            return bool(type(self.scm).is_tracked(self.scm, path))
+        return rel in tracked
 
 
 def _digest(path: Path) -> bytes | None:
@@ -580,6 +706,20 @@ def remote_folder(root: Path, name: str | None, folder: str) -> tuple[Any, str]:
     except Exception as e:
         raise LfbenchError(f"DVC remote {name or '(default)'}: {e}") from e
     return remote.fs, remote.fs.join(remote.path, folder)
+
+
+def default_remote_url(root: Path) -> str | None:
+    """The URL of the project's default DVC remote, DVC's config levels merged (a local path
+    made absolute), as `dvc remote default` and `dvc config remote.<name>.url` give it; None
+    without one."""
+    from dvc.config import Config
+
+    conf = Config(dvc_dir=str(root / ".dvc"))
+    name = conf["core"].get("remote")
+    if not name:
+        return None
+    url = conf["remote"].get(name, {}).get("url")
+    return str(url) if url else None
 
 
 # ---------------------------------------------------------------- dvc.lock and git

@@ -193,6 +193,123 @@ def test_a_repository_reads_each_params_text_once_and_dvc_alone_is_untouched(
         assert all("read_params" not in d.__dict__ for d in stage.deps)
 
 
+def _folder_project(proj: Path) -> Path:
+    """A stage of a folder dependency (two files, one in a sub-folder) and a file one."""
+    dvc_workspace(proj)
+    (proj / "src" / "sub").mkdir(parents=True)
+    (proj / "src" / "a.txt").write_text("alpha\n")
+    (proj / "src" / "sub" / "b.txt").write_text("beta\n")
+    (proj / "one.txt").write_text("one\n")
+    doc = {
+        "stages": {
+            "s": {
+                "cmd": "cat src/a.txt one.txt > out.txt",
+                "deps": ["src", "one.txt"],
+                "outs": ["out.txt"],
+            }
+        }
+    }
+    (proj / "dvc.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    run(["dvc", "repro", "-q"], proj)
+    _commit(proj, "s")
+    return proj
+
+
+def test_a_repository_hashes_each_dependency_once_per_state_of_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Repository`: a file or folder dependency is hashed (`Output._build`, the internal) once
+    while no file under it changes, however often DVC asks; an edit of the same size, a new
+    file, a removed one or a changed .dvcignore is hashed again, to what a plain `Repo` finds.
+    A path holding a symbolic link is hashed every time; a plain `Repo` is as DVC made it."""
+    from dvc import output as dvc_output
+    from dvc.output import Output
+    from dvc.repo import Repo
+
+    proj = _folder_project(tmp_path / "p")
+    monkeypatch.chdir(proj)
+    real_build = dvc_output.build
+    built: list[str] = []
+
+    def counting(odb: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).name != "out.txt":  # the dependencies (the output is DVC's each time)
+            built.append(Path(path).name)
+        return real_build(odb, path, *args, **kwargs)
+
+    monkeypatch.setattr(dvc_output, "build", counting)  # this test counts DVC's hashing
+
+    def hashes(repo: Any) -> dict[str, str]:
+        (stage,) = dvc.stages(repo)
+        return {Path(d.fs_path).name: d.get_hash().value for d in stage.deps}
+
+    def asked(repo: Any, rounds: int = 3) -> int:
+        built.clear()
+        with dvc.locked(repo):
+            for _ in range(rounds):
+                (stage,) = dvc.stages(repo)
+                dvc.changed(stage)
+                hashes(repo)
+        return len(built)
+
+    with Repo(str(proj)) as plain:
+        assert asked(plain) >= 2 * 2 * 3  # DVC alone: both dependencies, every time
+    edits = (
+        lambda: (proj / "src" / "a.txt").write_text("ALPHA\n"),  # same size
+        lambda: (proj / "src" / "sub" / "c.txt").write_text("new\n"),
+        lambda: (proj / "src" / "sub" / "c.txt").unlink(),
+        lambda: (proj / "one.txt").write_text("two\n"),
+        lambda: (proj / ".dvcignore").write_text("sub/\n"),  # the last
+    )
+    with dvc.open_repo(proj) as repo:
+        assert asked(repo) == 2  # each dependency once
+        for edit in edits:
+            before = hashes(repo)
+            edit()
+            if edits.index(edit) == len(edits) - 1:
+                dvc.reload(repo)  # DVC keeps the ignore rules it read until then
+            with Repo(str(proj)) as plain:
+                expected = hashes(plain)
+            assert hashes(repo) == expected != before, edits.index(edit)
+            assert asked(repo) == 0  # hashed once more above, kept since
+        with dvc.locked(repo):
+            assert dvc.changed(dvc.stages(repo)[0])  # its lock entry is the first state's
+        (proj / "src" / "link.txt").symlink_to(proj / "one.txt")
+        assert asked(repo, rounds=2) >= 2 * 2  # src: built each time
+    assert dvc_output.build is counting and "_build" in Output.__dict__
+    with Repo(str(proj)) as plain:
+        (stage,) = plain.index.stages
+        assert all("_build" not in d.__dict__ for d in stage.deps)
+
+
+def test_a_repository_reads_git_s_index_once_per_state_of_the_file(tmp_path: Path) -> None:
+    """`Repository.scm.is_tracked` answers as scmrepo's `Git.is_tracked` (the internal) for
+    files, folders holding tracked files, and paths absolute or relative, from git's index as
+    read once per state of its file: a file added after the first question is tracked."""
+    proj = _folder_project(tmp_path / "p")
+    with dvc.open_repo(proj) as repo:
+        scm = repo.scm
+        ask = type(scm).is_tracked
+        names = [
+            "src",
+            "src/sub",
+            "src/sub/b.txt",
+            "src/su",
+            "one.txt",
+            "out.txt",
+            "nope",
+            "dvc.yaml",
+            "src/",
+        ]
+        for name in names:
+            for path in (name, str(proj / name)):
+                assert scm.is_tracked(path) == ask(scm, path), path
+        assert scm.is_tracked(str(proj / "src")) and not scm.is_tracked(str(proj / "src/su"))
+        (proj / "late.txt").write_text("late\n")
+        assert not scm.is_tracked(str(proj / "late.txt"))
+        run(["git", "add", "late.txt"], proj)
+        assert scm.is_tracked(str(proj / "late.txt")) and ask(scm, str(proj / "late.txt"))
+
+
 def test_a_repository_opens_each_remote_once(tmp_path: Path) -> None:
     """`reuse_remotes`: DataCloud.get_remote (and get_remote_odb, which DVC's pulls, pushes and
     run cache go through) gives the same remote each time; another repository its own."""
