@@ -21,7 +21,6 @@ import ipaddress
 import logging
 import os
 import re
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -117,9 +116,8 @@ _REMOTES: dict[tuple[str, tuple[int, ...]], str | None] = {}
 
 
 def _dvc_remote(root: Path) -> str | None:
-    """The default DVC remote's URL (credentials masked), as `dvc config` gives it (DVC's
-    config levels merged); kept per clone until one of its config files changes (asking DVC
-    costs two CLI starts, seconds a stage on a busy worker)."""
+    """The default DVC remote's URL (credentials masked), DVC's config levels merged; kept
+    per clone until one of its config files changes."""
     files = [root / ".dvc" / "config", root / ".dvc" / "config.local"]
     key = (str(root), tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files))
     if key not in _REMOTES:
@@ -128,20 +126,13 @@ def _dvc_remote(root: Path) -> str | None:
 
 
 def _ask_dvc_remote(root: Path) -> str | None:
-    proc = subprocess.run(
-        ["dvc", "remote", "default"], cwd=root, capture_output=True, text=True, check=False
-    )
-    name = proc.stdout.strip()
-    if proc.returncode != 0 or not name:
+    from pipeline import dvc_internals as dvc
+
+    try:
+        url = dvc.default_remote_url(root)
+    except Exception:  # noqa: BLE001 - as `dvc remote default` failing: no remote to compare
         return None
-    url = subprocess.run(
-        ["dvc", "config", f"remote.{name}.url"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    return _redact(url) or None
+    return _redact(url) if url else None
 
 
 def worker_identity() -> dict[str, Any]:
