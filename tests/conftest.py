@@ -142,10 +142,32 @@ def dvc_workspace(path: Path, remote: Path | None = None) -> Path:
     """An empty git + DVC project at `path`, its default remote the folder `remote` if given."""
     path.mkdir(parents=True)
     run(["git", "init", "-q"], path)
-    run(["dvc", "init", "-q"], path)
+    dvc_init(path)
     if remote is not None:
-        run(["dvc", "remote", "add", "-d", "team", str(remote)], path)
+        dvc_remote_add(path, "team", remote)
     return path
+
+
+# What `dvc init`, `dvc remote add -d` and `dvc cache dir --local` do (DVC's own `Repo.init` and
+# `Config.edit`, as its commands call them), in the test's process: a project set up for a test
+# is not what the test proves, and each CLI start costs about 0.5 CPU-s (some 60 in a run).
+
+
+def dvc_init(path: Path) -> None:
+    """`dvc init` in the git repository `path`."""
+    from dvc.repo import Repo
+
+    with Repo.init(str(path)):
+        pass
+
+
+def dvc_remote_add(path: Path, name: str, url: str | Path, level: str = "repo") -> None:
+    """`dvc remote add -d [--local] NAME URL`: the project's default remote."""
+    from dvc.config import Config
+
+    with Config(dvc_dir=str(path / ".dvc"), validate=False).edit(level) as conf:
+        conf["remote"][name] = {"url": str(url)}
+        conf["core"]["remote"] = name
 
 
 def run_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -235,7 +257,10 @@ def share_dvc_cache(proj: Path) -> None:
     cache = _SHARED_CACHE.get("dir")
     assert cache is not None, "share_dvc_cache needs the session fixture _shared_dvc_cache_dir"
     cache.mkdir(parents=True, exist_ok=True)
-    run(["dvc", "cache", "dir", "--local", str(cache)], proj)
+    from dvc.config import Config
+
+    with Config(dvc_dir=str(proj / ".dvc"), validate=False).edit("local") as conf:
+        conf["cache"]["dir"] = str(cache)  # `dvc cache dir --local`
 
 
 def make_project(dest: Path, mirror: Path, shared_cache: bool = False) -> Path:
@@ -253,8 +278,19 @@ def make_project(dest: Path, mirror: Path, shared_cache: bool = False) -> Path:
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], dest)
     if shared_cache:
         share_dvc_cache(dest)
-    run(["lfbench", "data", "fetch", "--mirror", str(mirror)], dest)
+    fetch_data(dest, mirror)
     return dest
+
+
+def fetch_data(proj: Path, mirror: Path) -> None:
+    """`lfbench data fetch --mirror MIRROR` in `proj` (the command's own two steps: data/ filled
+    and verified, then checked against data.dvc and put in the DVC cache), in this process:
+    the command itself has its tests (tests/data), and a CLI start per test project costs
+    about 0.5 CPU-s."""
+    from pipeline.data.fetch import dvc_commit_data, fetch
+
+    fetch(proj / "data", proj / "data.sources.yaml", mirror=mirror, log=lambda _: None)
+    dvc_commit_data(proj / "data.dvc")
 
 
 _LISTED: dict[Path, tuple[int, int]] = {}

@@ -137,7 +137,7 @@ def test_a_persist_output_makes_dvc_run_the_stage_instead_of_restoring_it(tmp_pa
     """The DVC rule the test above relies on, shown on a toy stage whose command leaves a trace
     outside its outputs (as a sync to MLflow does): dep A, dep B, dep A again. With a persist
     output the third `dvc repro` runs the command; without, DVC's run cache restores it."""
-    from tests.conftest import run
+    from tests.conftest import dvc_init, run
 
     def traces(persist: bool) -> int:
         proj = tmp_path / f"persist-{persist}"
@@ -150,7 +150,7 @@ def test_a_persist_output_makes_dvc_run_the_stage_instead_of_restoring_it(tmp_pa
         }
         (proj / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"agg": stage}}))
         run(["git", "init", "-q"], proj)
-        run(["dvc", "init", "-q"], proj)
+        dvc_init(proj)
         for value in ("A", "B", "A"):
             (proj / "dep.txt").write_text(value)
             run(["dvc", "repro"], proj)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import run, run_env
+from tests.conftest import dvc_init, dvc_remote_add, run, run_env
 
 STEP = textwrap.dedent(
     """
@@ -89,7 +89,7 @@ def toy(path: Path, pipeline: dict[str, Any], cfg: dict[str, Any] | None = None)
     if cfg:
         (path / "cfg.json").write_text(json.dumps(cfg))
     run(["git", "init", "-q"], path)
-    run(["dvc", "init", "-q"], path)
+    dvc_init(path)
     run(["git", "add", "-A"], path)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "toy"], path)
     return path
@@ -386,7 +386,7 @@ def test_a_worker_runs_an_unchanged_stage_again_when_forced(
     from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
-    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    dvc_remote_add(clone, "team", tmp_path / "remote")
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], clone)
     run(["dvc", "repro", "e"], clone)
     monkeypatch.chdir(clone)
@@ -528,7 +528,7 @@ def test_a_worker_replaces_the_files_the_driver_sends_never_rewrites_them_in_pla
     from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
-    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    dvc_remote_add(clone, "team", tmp_path / "remote")
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "remote"], clone)
     run(["dvc", "repro", "e"], clone)
     monkeypatch.chdir(clone)
@@ -584,7 +584,7 @@ def test_a_worker_runs_a_stage_whose_params_changed_and_never_takes_its_old_outp
     clone = toy(tmp_path / "clone", pipeline)
     (clone / "gen.py").write_text(GEN)
     (clone / "params.yaml").write_text("first: 4\n")
-    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    dvc_remote_add(clone, "team", tmp_path / "remote")
     run(["git", "add", "-A"], clone)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen"], clone)
     run(["dvc", "repro"], clone)
@@ -639,7 +639,7 @@ def test_a_worker_refuses_a_stage_when_its_clone_s_code_is_not_the_commit(
     from pipeline.runner.worker import ENV_CLONE, run_in_clone
 
     clone = toy(tmp_path / "clone", diamond(), cfg={"sleep": {"e": 0.1}})
-    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], clone)
+    dvc_remote_add(clone, "team", tmp_path / "remote")
     run(["dvc", "repro", "e"], clone)
     run(["git", "add", "-A"], clone)  # out/.gitignore (DVC's /e.json) committed
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "e"], clone)
