@@ -99,8 +99,10 @@ def store(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     return project
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ui_server(store: Path) -> Iterator[tuple[str, Path]]:
+    """`lfbench ui` on the module's store, one server for its tests (a start is about 5
+    CPU-s): it reads the store as it is when asked, so what a test adds is seen."""
     project = store
     port = _free_port()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
