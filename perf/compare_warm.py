@@ -17,8 +17,13 @@ import os
 import resource
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perf import warm_sync as warm_sync_perf
 
 
 def _children_cpu() -> float:
@@ -28,16 +33,7 @@ def _children_cpu() -> float:
 
 def _server_children_cpu() -> float:
     """Reaped children's CPU of every warm sync server of this user (0 when none)."""
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"lfbench-{os.getuid()}"
-    total = 0.0
-    for lock in folder.glob("sync-*.lock"):
-        pid = lock.read_text().strip()
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            continue
-        total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return warm_sync_perf._server_children_cpu(Path(os.environ.get("TMPDIR", "/tmp")))
 
 
 def _one(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:

@@ -51,7 +51,7 @@ def _server_children_cpu(folder: Path) -> float:
         pid = lock.read_text().strip()
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        except (OSError, IndexError, ValueError):
             continue
         total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
     return total
