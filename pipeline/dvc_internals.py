@@ -139,7 +139,7 @@ class Repository(Repo):  # type: ignore[misc]
         super().__init__(str(root))
         self._params_read: dict[tuple[Any, ...], Any] = {}
         self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, Any, Any]]] = {}
-        self._params_lock = threading.Lock()
+        self._memo_lock = threading.Lock()
         if reuse_remotes:
             self.cloud = _OneSessionCloud(self)
 
@@ -190,14 +190,14 @@ class _BuiltOnce:
             return build(odb, path, fs, name, **kwargs)
         ignore_file = _stat_walk(str(Path(self.repo.root_dir, ".dvcignore")))
         key = (path, odb.path, name, bool(kwargs.get("dry_run")), seen, ignore_file)
-        with self.repo._params_lock:
+        with self.repo._memo_lock:
             kept = self.repo._built.get(path)
         if kept is not None and kept[0] == key:
             staging, meta, obj = kept[1]
             return staging, *_own_copy(meta, obj)
         staging, meta, obj = build(odb, path, fs, name, **kwargs)
         if _stat_walk(path) == seen:  # unchanged while DVC hashed it
-            with self.repo._params_lock:
+            with self.repo._memo_lock:
                 self.repo._built[path] = (key, (staging, *_own_copy(meta, obj)))
         return staging, meta, obj
 
@@ -254,12 +254,12 @@ class _ParamsOnce:
         if text is None or kwargs:
             return read(flatten=flatten, **kwargs)
         key = (dep.fs_path, text, tuple(dep.params or ()), flatten)
-        with self.repo._params_lock:
+        with self.repo._memo_lock:
             kept = self.repo._params_read.get(key)
         if kept is None:
             kept = read(flatten=flatten)
             if _digest(Path(dep.fs_path)) == text:  # unchanged while DVC read it
-                with self.repo._params_lock:
+                with self.repo._memo_lock:
                     self.repo._params_read[key] = kept
         return copy.deepcopy(kept)
 
