@@ -253,10 +253,27 @@ def share_dvc_cache(proj: Path) -> None:
     server's own port). Only for tests that do not assert which stages ran, nor remove or
     corrupt the cache: a test that must see every stage run passes `--no-run-cache` (DVC
     still saves what it ran, so the others can restore it).
+
+    What the project's own cache already holds (its data, when it was fetched before) is carried
+    over, so the test does not depend on another test having put the same data there first.
     """
     cache = _SHARED_CACHE.get("dir")
     assert cache is not None, "share_dvc_cache needs the session fixture _shared_dvc_cache_dir"
     cache.mkdir(parents=True, exist_ok=True)
+    own = proj / ".dvc" / "cache"
+    for src in own.rglob("*") if own.is_dir() else ():
+        dest = cache / src.relative_to(own)
+        if src.is_dir() or dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:  # cache objects are never written in place: a link is the same object
+            os.link(src, dest)
+        except FileExistsError:  # another worker carried the same object over just now
+            pass
+        except OSError:  # another file system: whole or not at all
+            part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+            shutil.copy2(src, part)
+            part.replace(dest)
     from dvc.config import Config
 
     with Config(dvc_dir=str(proj / ".dvc"), validate=False).edit("local") as conf:
