@@ -3,12 +3,12 @@
     python perf/busy.py [--every 5] [--json] -- COMMAND [ARG...]
 
 e.g. `python perf/busy.py -- .ci/run` in a fresh clone. Reads the busy time of all CPUs
-(/proc/stat: user, nice, system, irq, softirq, steal) every `--every` seconds while COMMAND runs
-and prints, for each minute of its run, the share of the machine's CPU time that was busy, then
-the busy CPU-seconds of the whole run. Whatever else runs on the machine is counted too (the
-point: whether the cores are the limit, not whose work it is; `perf/test_cpu.py` gives each
-test's own CPU). A run whose cores stay near 100% cannot be made shorter by more pytest-xdist
-workers or another file order, only by less CPU.
+(/proc/stat: user, nice, system, irq, softirq, steal; `perf/test_cpu.py`'s reading) every
+`--every` seconds while COMMAND runs and prints, for each minute of its run, the share of the
+machine's CPU time that was busy, then the busy CPU-seconds of the whole run. Whatever else runs
+on the machine is counted too (the point: whether the cores are the limit, not whose work it
+is; `perf/test_cpu.py` gives each test's own CPU). A run whose cores stay near 100% cannot be
+made shorter by more pytest-xdist workers or another file order, only by less CPU.
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def busy_ticks() -> int:
-    """Busy clock ticks of all CPUs since boot."""
-    fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
-    # cpu user nice system idle iowait irq softirq steal ...
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
-    return user + nice + system + irq + softirq + steal
+from perf.test_cpu import _busy
 
 
 def main() -> None:
@@ -40,26 +36,25 @@ def main() -> None:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("no command given (after --)")
-    hz = os.sysconf("SC_CLK_TCK")
     ncpu = len(os.sched_getaffinity(0))
-    start, first = time.monotonic(), busy_ticks()
-    readings: list[tuple[float, int]] = [(0.0, first)]
+    start, first = time.monotonic(), _busy()[0]
+    readings: list[tuple[float, float]] = [(0.0, first)]
     proc = subprocess.Popen(cmd)
     while proc.poll() is None:
         time.sleep(args.every)
-        readings.append((time.monotonic() - start, busy_ticks()))
+        readings.append((time.monotonic() - start, _busy()[0]))
     wall = time.monotonic() - start
-    readings.append((wall, busy_ticks()))
+    readings.append((wall, _busy()[0]))
 
     minutes: dict[int, float] = {}
     for (t0, b0), (_, b1) in itertools.pairwise(readings):
-        minutes[int(t0 // 60)] = minutes.get(int(t0 // 60), 0.0) + (b1 - b0) / hz
+        minutes[int(t0 // 60)] = minutes.get(int(t0 // 60), 0.0) + (b1 - b0)
     share = {
         m: round(100 * cpu / (ncpu * min(60.0, wall - 60 * m)), 1)
         for m, cpu in sorted(minutes.items())
         if wall - 60 * m > 1
     }
-    total = (readings[-1][1] - first) / hz
+    total = readings[-1][1] - first
     result = {
         "command": cmd,
         "exit": proc.returncode,

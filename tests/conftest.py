@@ -198,11 +198,21 @@ def encoder_beside(cache: Path) -> Path:
     dest = cache.parent / "onnx" / src.name
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not dest.exists():
-        try:
-            os.link(src, dest)
-        except OSError:  # another file system
-            shutil.copy2(src, dest)
+        link_or_copy(src, dest)
     return cache
+
+
+def link_or_copy(src: Path, dest: Path) -> None:
+    """`dest` the file `src` (a hard link; a whole copy across file systems), unless another
+    process made it first: for files never written in place (cache objects, the encoder)."""
+    try:
+        os.link(src, dest)
+    except FileExistsError:
+        pass
+    except OSError:  # another file system: whole or not at all
+        part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+        shutil.copy2(src, part)
+        part.replace(dest)
 
 
 def tracked_files() -> list[str]:
@@ -266,14 +276,7 @@ def share_dvc_cache(proj: Path) -> None:
         if src.is_dir() or dest.exists():
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        try:  # cache objects are never written in place: a link is the same object
-            os.link(src, dest)
-        except FileExistsError:  # another worker carried the same object over just now
-            pass
-        except OSError:  # another file system: whole or not at all
-            part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
-            shutil.copy2(src, part)
-            part.replace(dest)
+        link_or_copy(src, dest)
     from dvc.config import Config
 
     with Config(dvc_dir=str(proj / ".dvc"), validate=False).edit("local") as conf:
