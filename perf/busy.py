@@ -3,7 +3,7 @@
     python perf/busy.py [--every 5] [--json] -- COMMAND [ARG...]
 
 e.g. `python perf/busy.py -- .ci/run` in a fresh clone. Reads the busy time of all CPUs
-(/proc/stat: user, nice, system, irq, softirq, steal; `perf/test_cpu.py`'s reading) every
+(/proc/stat: user, nice, system, irq, softirq, steal; `perf/test_cpu.py` reads it here) every
 `--every` seconds while COMMAND runs and prints, for each minute of its run, the share of the
 machine's CPU time that was busy, then the busy CPU-seconds of the whole run. Whatever else runs
 on the machine is counted too (the point: whether the cores are the limit, not whose work it
@@ -22,9 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perf.test_cpu import _busy
+def busy_seconds() -> float:
+    """Busy CPU seconds of the machine since boot (stdlib only: this script wraps `.ci/run`,
+    which makes the venv; `perf/test_cpu.py` reads it from here)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -37,14 +41,14 @@ def main() -> None:
     if not cmd:
         ap.error("no command given (after --)")
     ncpu = len(os.sched_getaffinity(0))
-    start, first = time.monotonic(), _busy()[0]
+    start, first = time.monotonic(), busy_seconds()
     readings: list[tuple[float, float]] = [(0.0, first)]
     proc = subprocess.Popen(cmd)
     while proc.poll() is None:
         time.sleep(args.every)
-        readings.append((time.monotonic() - start, _busy()[0]))
+        readings.append((time.monotonic() - start, busy_seconds()))
     wall = time.monotonic() - start
-    readings.append((wall, _busy()[0]))
+    readings.append((wall, busy_seconds()))
 
     minutes: dict[int, float] = {}
     for (t0, b0), (_, b1) in itertools.pairwise(readings):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from busy import busy_seconds  # perf/, this script's folder (and the plugin's PYTHONPATH)
 
 V1 = Path("/sys/fs/cgroup/cpuacct")
 V2 = Path("/sys/fs/cgroup")
@@ -82,14 +83,6 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
 # ---------------------------------------------------------------- the script
 
 
-def _busy() -> tuple[float, float]:
-    """(busy, idle) CPU seconds of the machine since boot."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / tick, idle / tick
-
-
 def report(log: Path, top: int) -> None:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     by_file: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
@@ -140,10 +133,10 @@ def main() -> None:
         ),
     }
     extra = args.pytest_args or ["-n", "3", "--dist", "loadfile", "--no-loadscope-reorder"]
-    busy0, _ = _busy()
+    busy0 = busy_seconds()
     t0 = time.time()
     rc = subprocess.call([sys.executable, "-m", "pytest", "-p", "test_cpu", *extra], env=env)
-    busy1, _ = _busy()
+    busy1 = busy_seconds()
     log.with_suffix(".machine.json").write_text(
         json.dumps({"busy": busy1 - busy0, "wall": time.time() - t0, "cores": os.cpu_count()})
     )
