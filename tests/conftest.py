@@ -245,11 +245,17 @@ _SHARED_CACHE: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_dvc_cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
+def _shared_dvc_cache_dir(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> None:
     """Where `share_dvc_cache` points: one folder for every pytest-xdist worker of this run
-    (the workers' base temp folders share a parent), removed with pytest's old temp folders."""
+    (the workers' base temp folders share a parent), removed with pytest's old temp folders.
+    A worker is known by the input xdist gives it (what xdist's own `worker_id` fixture reads),
+    so a plain `pytest tests/benchmarks/<name>` runs without the plugin too (`-p no:xdist`),
+    and a pytest that a worker's test starts is not taken for a worker by its environment."""
     base = tmp_path_factory.getbasetemp()
-    _SHARED_CACHE["dir"] = (base.parent if worker_id != "master" else base) / "shared-dvc-cache"
+    worker = hasattr(pytestconfig, "workerinput")
+    _SHARED_CACHE["dir"] = (base.parent if worker else base) / "shared-dvc-cache"
 
 
 def share_dvc_cache(proj: Path) -> None:
