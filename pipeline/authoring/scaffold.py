@@ -5,7 +5,7 @@ Copies the template (a small working benchmark: fact recall of answers over docu
 writes its test file (`tests/benchmarks/NAME/`) and its folders of inputs (`inputs/NAME/`) and
 retrievals (`retrievals/NAME/`, `retrievals/lineage/NAME/`), and, unless asked not to, adds its
 params section and its own judge's entry to params.yaml, and to dvc.yaml its stages (the shapes
-of dvc.yaml with its name: about 25 lines) and its plot (the main metric of each run). Its judge
+of dvc.yaml with its name: 28 lines) and its plot (the main metric of each run). Its judge
 stages depend on the local judge's model only with `--local-judge` (which lists the local judge
 in its section). Nothing else is touched: the registry finds the new package by itself, and the
 test suite's benchmark lists come from the registry. Then `dvc repro NAME-aggregate` runs it.
